@@ -1,0 +1,37 @@
+"""The policy registry: every policy gpuguard ships, in the order the engine runs them.
+
+Mutating policies run first, in this order (resources before /dev/shm, whose size limit
+is capped at the memory limit), then validating policies over the mutated object, as the
+apiserver runs validating webhooks after mutating ones.
+"""
+
+from __future__ import annotations
+
+from policies import (
+    checkpoint_volume,
+    default_resources,
+    ephemeral_storage,
+    gang_scheduling,
+    gpu_memory_guard,
+    gpu_node_affinity,
+    gpu_request_shape,
+    gpu_tolerations,
+    inference_on_spot,
+    job_limits,
+    job_ttl,
+    priority_abuse,
+    priority_class,
+    shm_volume,
+)
+from policies.base import Finding, Policy, PolicySettings
+
+REGISTRY: dict[str, Policy] = {
+    module.POLICY.id: module.POLICY
+    for module in (
+        gpu_tolerations, gpu_node_affinity, default_resources, priority_class, job_ttl, job_limits, shm_volume,
+        checkpoint_volume, gpu_memory_guard, gpu_request_shape, gang_scheduling, inference_on_spot,
+        ephemeral_storage, priority_abuse,
+    )
+}
+
+__all__ = ["REGISTRY", "Finding", "Policy", "PolicySettings"]

@@ -1,0 +1,195 @@
+"""checkpoint-volume: GPU training must checkpoint to storage that outlives its pods.
+
+A training pod that is preempted, evicted or OOM-killed restarts from its last checkpoint,
+or from zero if the checkpoints lived in an emptyDir, a generic ephemeral volume, the
+container's writable layer or a node's hostPath.  Who owns a claim matters as much as the
+volume type: JobSet ``volumeClaimPolicies`` claims (``whenDeleted: Delete`` by default) and
+Volcano's auto-created claims die with the job, and the job TTL deletes the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pydantic import Field
+
+from policies.base import Finding, Policy, PolicySettings
+from webhook.kinds import get_path
+from webhook.workload import Container, PodTemplate, WorkloadView, dicts
+
+_NOT_PERSISTENT = {
+    "emptyDir": "an emptyDir (deleted with the pod)",
+    "ephemeral": "a generic ephemeral volume (its claim is deleted with the pod)",
+    "hostPath": "a hostPath (tied to one node; gone when the pod moves)",
+    "configMap": "a configMap (read-only)",
+    "secret": "a secret (read-only)",
+    "downwardAPI": "a downwardAPI volume (read-only)",
+    "projected": "a projected volume (read-only)",
+    "image": "an image volume (read-only)",
+}
+
+
+class Settings(PolicySettings):
+    classes: list[str] = Field(default_factory=lambda: ["training"], description="Workload classes checked.")
+    persistent_volume_types: list[str] = Field(
+        default_factory=lambda: ["persistentVolumeClaim", "nfs", "cephfs", "glusterfs", "iscsi", "rbd", "fc",
+                                 "azureFile", "azureDisk", "awsElasticBlockStore", "gcePersistentDisk", "cinder",
+                                 "portworxVolume", "vsphereVolume", "quobyte"],
+        description="Pod volume types that outlive the pod.")
+    persistent_csi_drivers: list[str] = Field(
+        default_factory=lambda: ["gcsfuse.csi.storage.gke.io", "s3.csi.aws.com", "efs.csi.aws.com",
+                                 "file.csi.azure.com", "blob.csi.azure.com", "filestore.csi.storage.gke.io"],
+        description="Inline CSI drivers backed by durable storage (other inline CSI volumes are ephemeral).")
+    object_store_env_vars: list[str] = Field(default_factory=lambda: ["CHECKPOINT_URI", "CHECKPOINT_URL"],
+                                             description="Env vars that point checkpoints at an object store.")
+    object_store_schemes: list[str] = Field(
+        default_factory=lambda: ["s3://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "wasbs://", "hdfs://",
+                                 "oci://", "r2://"])
+    checkpoint_mount_paths: list[str] = Field(default_factory=lambda: ["/checkpoints", "/checkpoint", "/ckpt"],
+                                              description="Mount paths that hold checkpoints.")
+    checkpoint_path_env_vars: list[str] = Field(default_factory=lambda: ["CHECKPOINT_DIR", "CHECKPOINT_PATH",
+                                                                         "CKPT_DIR"],
+                                                description="Env vars that name the checkpoint directory.")
+
+
+@dataclass(frozen=True)
+class Mount:
+    path: str
+    persistent: bool
+    what: str  # readable description of the backing storage
+
+
+def _describe(volume: dict, settings: Settings) -> tuple[bool, str]:
+    name = volume.get("name")
+    csi = volume.get("csi")
+    if isinstance(csi, dict):
+        driver = csi.get("driver")
+        if driver in settings.persistent_csi_drivers:
+            return True, f"CSI volume '{name}' ({driver})"
+        return False, f"an inline CSI volume '{name}' ({driver}; ephemeral, deleted with the pod)"
+    for vtype in settings.persistent_volume_types:
+        if vtype in volume:
+            return True, f"{vtype} volume '{name}'"
+    for vtype, what in _NOT_PERSISTENT.items():
+        if vtype in volume:
+            return False, f"{what} '{name}'"
+    return False, f"volume '{name}' of a type not known to outlive the pod"
+
+
+def _claim_policies(view: WorkloadView) -> dict[str, tuple[bool, str]]:
+    """Volumes a controller adds outside the pod spec: JobSet claim policies, StatefulSet claim templates."""
+    out: dict[str, tuple[bool, str]] = {}
+    for _, policy in dicts(get_path(view.obj, ("spec", "volumeClaimPolicies"))):
+        retention = get_path(policy, ("retentionPolicy", "whenDeleted")) or "Delete"
+        for _, tmpl in dicts(policy.get("templates")):
+            name = get_path(tmpl, ("metadata", "name"))
+            if retention == "Retain":
+                out[name] = (True, f"JobSet claim '{name}' (whenDeleted: Retain)")
+            else:
+                out[name] = (False, f"JobSet claim '{name}' (deleted with the JobSet: whenDeleted: {retention})")
+    for _, tmpl in dicts(get_path(view.obj, ("spec", "volumeClaimTemplates"))):
+        name = get_path(tmpl, ("metadata", "name"))
+        out[name] = (True, f"StatefulSet claim '{name}'")
+    return out
+
+
+def _volcano_mounts(view: WorkloadView) -> list[Mount]:
+    """Volcano ``spec.volumes[]`` are mounted into every container by the Volcano controller."""
+    mounts = []
+    if view.kind.group != "batch.volcano.sh":
+        return mounts
+    for _, vol in dicts(get_path(view.obj, ("spec", "volumes"))):
+        path = str(vol.get("mountPath", ""))
+        if isinstance(vol.get("volumeClaimName"), str):
+            mounts.append(Mount(path, True, f"claim '{vol['volumeClaimName']}'"))
+        elif "volumeClaim" in vol:
+            mounts.append(Mount(path, False, "a claim the Volcano Job creates and deletes with itself"))
+    return mounts
+
+
+def _mounts(container: Container, template: PodTemplate, extra: dict, volcano: list[Mount],
+            settings: Settings) -> list[Mount]:
+    volumes = template.volumes()
+    mounts = list(volcano)
+    for mount in container.mounts():
+        name, path = mount.get("name"), mount.get("mountPath")
+        if not isinstance(path, str):
+            continue
+        if name in volumes:
+            persistent, what = _describe(volumes[name], settings)
+        elif name in extra:
+            persistent, what = extra[name]
+        else:
+            persistent, what = False, f"volume '{name}', which the pod does not define"
+        mounts.append(Mount(path.rstrip("/") or "/", persistent and mount.get("readOnly") is not True, what))
+    return mounts
+
+
+def _backing(path: str, mounts: list[Mount]) -> Mount | None:
+    """The mount a path lives on: the longest mount path that is a prefix of it."""
+    best = None
+    for mount in mounts:
+        if (path == mount.path or path.startswith(mount.path.rstrip("/") + "/")) and (
+                best is None or len(mount.path) > len(best.path)):
+            best = mount
+    return best
+
+
+def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
+    if view.workload_class not in settings.classes or not view.is_gpu:
+        return
+    extra = _claim_policies(view)
+    volcano = _volcano_mounts(view)
+    for template in view.gpu_templates:
+        for container in template.gpu_containers:
+            mounts = _mounts(container, template, extra, volcano, settings)
+            env = container.env()
+            bad_path = False
+            checkpoint_paths = [(f"{var}={env[var]}", env[var]) for var in settings.checkpoint_path_env_vars
+                                if isinstance(env.get(var), str) and env[var].startswith("/")]
+            checkpoint_paths += [(f"mount {m.path}", m.path) for m in mounts
+                                 if m.path in settings.checkpoint_mount_paths]
+            for label, path in checkpoint_paths:
+                backing = _backing(path, mounts)
+                if backing is not None and backing.persistent:
+                    continue
+                bad_path = True
+                where = backing.what if backing else "the container's writable layer (lost when the pod restarts)"
+                yield Finding(container.path, f"checkpoint path {label} is on {where}",
+                              "back it with a persistentVolumeClaim or point CHECKPOINT_URI at an object store",
+                              container.name)
+            if bad_path:
+                continue
+            object_store = any(
+                var in env and (env[var] is None or env[var].startswith(tuple(settings.object_store_schemes)))
+                for var in settings.object_store_env_vars)
+            if not object_store and not any(m.persistent for m in mounts):
+                yield Finding(container.path, "GPU training job has no persistent volume for checkpoints",
+                              "mount a persistentVolumeClaim (e.g. at /checkpoints) or set CHECKPOINT_URI to an "
+                              "object store", container.name)
+
+
+POLICY = Policy(
+    id="checkpoint-volume",
+    title="Persistent checkpoints for GPU training",
+    mutating=False,
+    settings_model=Settings,
+    run=validate,
+    description="GPU training containers must mount persistent storage (PVC, NFS, durable CSI ...) or point "
+    "CHECKPOINT_URI at an object store; checkpoint paths on emptyDir, ephemeral volumes, hostPath or the "
+    "container filesystem are rejected.",
+    rationale="A preempted or OOM-killed training pod restarts from its last checkpoint; if that lived on "
+    "ephemeral storage, every GPU-hour since the start is lost.",
+    example="""\
+containers:
+- name: trainer
+  env:
+  - {name: CHECKPOINT_DIR, value: /checkpoints/run-42}
+  volumeMounts:
+  - {name: ckpt, mountPath: /checkpoints}
+volumes:
+- name: ckpt
+  persistentVolumeClaim: {claimName: team-checkpoints}
+""",
+)

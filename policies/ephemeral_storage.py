@@ -1,0 +1,50 @@
+"""ephemeral-storage: GPU pods bound their scratch disk.
+
+Container logs, the writable layer and disk-backed emptyDirs share the node's disk; a pod
+that fills it (model downloads, dataset caches) is evicted and can take the node's other
+GPU pods with it under disk pressure.  A warning by default: the fix is cheap but the
+right size is the user's call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from policies.base import Action, Finding, Policy, PolicySettings
+from webhook.workload import WorkloadView, dicts
+
+
+class Settings(PolicySettings):
+    action: Action = "warn"
+
+
+def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
+    for template in view.gpu_templates:
+        for i, volume in dicts(template.spec.get("volumes")):
+            empty_dir = volume.get("emptyDir")
+            if isinstance(empty_dir, dict) and empty_dir.get("medium") != "Memory" and not empty_dir.get("sizeLimit"):
+                yield Finding(template.spec_path + ("volumes", i), "emptyDir without sizeLimit can fill the node's "
+                              "disk and get the pod evicted", "set emptyDir.sizeLimit", str(volume.get("name", "")))
+        for container in template.containers:
+            if container.resource_value("limits", "ephemeral-storage") is None:
+                yield Finding(container.path, "no ephemeral-storage limit: logs, caches and the writable layer can "
+                              "fill the node's disk and evict its GPU pods",
+                              "set resources.limits.ephemeral-storage", container.name)
+
+
+POLICY = Policy(
+    id="ephemeral-storage",
+    title="Bounded scratch disk for GPU pods",
+    mutating=False,
+    settings_model=Settings,
+    run=validate,
+    description="Warns on GPU pods with a disk-backed emptyDir without sizeLimit or a container without an "
+    "ephemeral-storage limit.",
+    rationale="A pod that fills the node's disk is evicted, and disk pressure can evict the node's other GPU "
+    "pods with it.",
+    example="""\
+volumes:
+- name: cache
+  emptyDir: {sizeLimit: 100Gi}
+""",
+)

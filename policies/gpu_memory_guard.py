@@ -1,0 +1,73 @@
+"""gpu-memory-guard: GPU containers need a memory limit, and enough memory per GPU.
+
+QoS counts only CPU and memory: a pod whose only limit is a GPU is BestEffort, the first
+pod the kubelet evicts under memory pressure, taking its GPUs' work with it.  Without a
+memory limit a container is unbounded Burstable and can OOM its neighbours on a shared
+node.  Memory per GPU under a floor is only a warning: it is often a mistake (model
+weights are staged through host memory) but can be deliberate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+
+from pydantic import Field
+
+from policies.base import Finding, Policy, PolicySettings
+from webhook import quantity
+from webhook.workload import PodTemplate, WorkloadView
+
+
+class Settings(PolicySettings):
+    min_memory_per_gpu: str | None = Field("16Gi", description="Warn below this memory limit per GPU.")
+
+
+def _best_effort(template: PodTemplate) -> bool:
+    for container in template.containers:
+        res = container.resources() or {}
+        for section in ("requests", "limits"):
+            values = res.get(section)
+            if isinstance(values, dict) and ("cpu" in values or "memory" in values):
+                return False
+    return True
+
+
+def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
+    floor = quantity.parse(settings.min_memory_per_gpu) if settings.min_memory_per_gpu else None
+    for template in view.gpu_templates:
+        best_effort = _best_effort(template)
+        for container in template.gpu_containers:
+            limit = container.memory_limit()
+            if limit is None:
+                qos = ("the pod is BestEffort (no CPU or memory requests or limits): evicted first under "
+                       "memory pressure") if best_effort else "unbounded Burstable: it can be OOM-killed with " \
+                       "its neighbours or evicted before them"
+                yield Finding(container.path, f"GPU container has no memory limit, so {qos}",
+                              "set resources.limits.memory (e.g. 64Gi per GPU) or enable default-resources",
+                              container.name)
+            elif floor is not None and limit / Decimal(container.gpu_count) < floor:
+                per_gpu = quantity.format_bytes(limit / Decimal(container.gpu_count))
+                yield Finding(container.path, f"memory limit is {per_gpu} per GPU, under the "
+                              f"{settings.min_memory_per_gpu} floor; loading weights and data loaders may OOM",
+                              f"raise resources.limits.memory to at least {settings.min_memory_per_gpu} per GPU",
+                              container.name, advisory=True)
+
+
+POLICY = Policy(
+    id="gpu-memory-guard",
+    title="Memory limits for GPU containers",
+    mutating=False,
+    settings_model=Settings,
+    run=validate,
+    description="Rejects GPU containers without a memory limit (BestEffort or unbounded Burstable); warns when "
+    "memory per GPU is under a floor.",
+    rationale="A BestEffort GPU pod is evicted first under memory pressure and an unbounded one can OOM-kill "
+    "its neighbours: either way GPU-hours of work are lost.",
+    example="""\
+containers:
+- name: trainer
+  resources:
+    limits: {nvidia.com/gpu: 2, memory: 128Gi}
+""",
+)

@@ -1,0 +1,77 @@
+"""inference-on-spot: inference on spot/preemptible GPU nodes gets a warning.
+
+Spot capacity is 70-90% cheaper and can be taken back at any moment (often with 30 s
+notice): fine for checkpointed training, an outage for a model server.  It is a warning,
+not a denial, because some teams accept it for canaries or batch inference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pydantic import Field
+
+from policies.base import Action, Finding, Policy, PolicySettings
+from webhook.workload import PodTemplate, WorkloadView, dicts
+
+
+class Settings(PolicySettings):
+    action: Action = "warn"
+    spot_labels: dict[str, str] = Field(
+        default_factory=lambda: {"cloud.google.com/gke-spot": "true", "cloud.google.com/gke-preemptible": "true",
+                                 "eks.amazonaws.com/capacityType": "SPOT", "karpenter.sh/capacity-type": "spot",
+                                 "kubernetes.azure.com/scalesetpriority": "spot"},
+        description="Node label -> value that marks spot/preemptible nodes (also taint keys).")
+    classes: list[str] = Field(default_factory=lambda: ["inference"])
+
+
+def _spot_choices(template: PodTemplate, settings: Settings) -> Iterator[tuple[str, str]]:
+    selector = template.spec.get("nodeSelector")
+    if isinstance(selector, dict):
+        for key, value in selector.items():
+            if settings.spot_labels.get(key) == value:
+                yield "nodeSelector", f"{key}={value}"
+    affinity = template.spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") \
+        if isinstance(node_affinity, dict) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    for _, term in dicts(terms):
+        for _, expr in dicts(term.get("matchExpressions")):
+            key = expr.get("key")
+            values = expr.get("values") if isinstance(expr.get("values"), list) else []
+            if key in settings.spot_labels and (
+                    expr.get("operator") == "Exists" or
+                    (expr.get("operator") == "In" and settings.spot_labels[key] in values)):
+                yield "affinity", f"{key}"
+    for _, tol in dicts(template.spec.get("tolerations")):
+        if tol.get("key") in settings.spot_labels:
+            yield "tolerations", f"{tol.get('key')}"
+
+
+def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
+    if view.workload_class not in settings.classes or not view.is_gpu:
+        return
+    for template in view.gpu_templates:
+        for field, label in _spot_choices(template, settings):
+            yield Finding(template.spec_path + (field,), f"inference workload selects or tolerates spot nodes "
+                          f"({label}): the node can be reclaimed at any time and the model goes offline",
+                          "run serving replicas on on-demand nodes, or keep enough on-demand replicas")
+
+
+POLICY = Policy(
+    id="inference-on-spot",
+    title="No inference on spot GPU nodes",
+    mutating=False,
+    settings_model=Settings,
+    run=validate,
+    description="Warns when an inference workload selects (nodeSelector, node affinity) or tolerates "
+    "spot/preemptible nodes.",
+    rationale="Spot nodes are reclaimed with seconds of notice: cheap for checkpointed training, an outage for "
+    "a model server.",
+    example="""\
+spec:
+  nodeSelector:
+    karpenter.sh/capacity-type: on-demand
+""",
+)

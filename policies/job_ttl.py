@@ -1,0 +1,67 @@
+"""job-ttl: finished jobs are deleted after a while, so they stop holding quota and claims.
+
+The TTL field lives in a different place per kind (``kinds.JobFields.ttl``): Job, CronJob's
+job template, Kubeflow ``runPolicy``, JobSet, Volcano Job, RayJob.  A RayJob's TTL only
+works with ``shutdownAfterJobFinishes: true`` (otherwise the apiserver rejects it), so it
+is set only where the user asked for shutdown.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from policies.base import Policy, PolicySettings
+from webhook.kinds import get_path
+from webhook.workload import WorkloadView, child_dict
+
+
+class Settings(PolicySettings):
+    ttl_seconds_after_finished: int = Field(86400, ge=0, description="TTL set where none is given.")
+    max_ttl_seconds_after_finished: int | None = Field(604800, ge=0,
+                                                       description="Larger TTLs are capped to this.")
+    gpu_only: bool = Field(True, description="Only set it on workloads that request GPUs.")
+
+
+def set_int_field(obj: dict, path: tuple, default: int, maximum: int | None) -> None:
+    """Set an integer field at ``path`` when absent, cap it at ``maximum`` when above.
+
+    Shared by the job policies: each owns one field, and leaves a wrong-typed value alone.
+    """
+    parent = obj
+    for step in path[:-1]:
+        parent = child_dict(parent, step)
+        if parent is None:
+            return
+    current = parent.get(path[-1])
+    if current is None:
+        parent[path[-1]] = default if maximum is None else min(default, maximum)
+    elif isinstance(current, int) and not isinstance(current, bool) and maximum is not None and current > maximum:
+        parent[path[-1]] = maximum
+
+
+def mutate(view: WorkloadView, settings: Settings) -> None:
+    fields = view.kind.job
+    if fields is None or fields.ttl is None or (settings.gpu_only and not view.is_gpu):
+        return
+    if fields.ttl_requires_true and get_path(view.obj, fields.ttl_requires_true) is not True:
+        return
+    set_int_field(view.obj, fields.ttl, settings.ttl_seconds_after_finished, settings.max_ttl_seconds_after_finished)
+
+
+POLICY = Policy(
+    id="job-ttl",
+    title="Delete finished jobs after a TTL",
+    mutating=True,
+    settings_model=Settings,
+    run=mutate,
+    description="Sets ttlSecondsAfterFinished (Job, CronJob, Kubeflow runPolicy, JobSet, Volcano, RayJob "
+    "with shutdownAfterJobFinishes) where absent and caps values above the maximum.",
+    rationale="Finished jobs that are never deleted keep their pods, claims and (for RayJob) whole clusters "
+    "around, holding quota and sometimes GPUs.",
+    example="""\
+apiVersion: batch/v1
+kind: Job
+spec:
+  ttlSecondsAfterFinished: 86400
+""",
+)

@@ -1,0 +1,60 @@
+"""priority-abuse: only inference may use the inference priority class.
+
+The inference class preempts: a training job or notebook that borrows it evicts serving
+pods (and other teams' training) to get its GPUs.  Checked on every place a kind keeps a
+priority class: pod templates, Kubeflow ``runPolicy.schedulingPolicy.priorityClass`` and
+Volcano ``spec.priorityClassName``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pydantic import Field
+
+from policies.base import Finding, Policy, PolicySettings
+from webhook.kinds import get_path
+from webhook.workload import WorkloadView
+
+
+class Settings(PolicySettings):
+    reserved: dict[str, list[str]] = Field(
+        default_factory=lambda: {"inference-critical": ["inference"]},
+        description="PriorityClass -> workload classes allowed to use it.")
+
+
+def _uses(view: WorkloadView) -> Iterator[tuple[tuple, str]]:
+    for template in view.templates:
+        name = template.spec.get("priorityClassName")
+        if isinstance(name, str):
+            yield template.spec_path + ("priorityClassName",), name
+    for path in (("spec", "runPolicy", "schedulingPolicy", "priorityClass"), ("spec", "priorityClassName")):
+        name = get_path(view.obj, path)
+        if isinstance(name, str) and view.kind.kind != "Pod":
+            yield path, name
+
+
+def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
+    for path, name in _uses(view):
+        allowed = settings.reserved.get(name)
+        if allowed is not None and view.workload_class not in allowed:
+            yield Finding(path, f"{view.workload_class} workload uses priority class {name}, reserved for "
+                          f"{' and '.join(allowed)}: it would preempt serving pods",
+                          "remove priorityClassName (gpuguard sets the class for its workload class) or use "
+                          "training-standard / notebook-dev")
+
+
+POLICY = Policy(
+    id="priority-abuse",
+    title="Inference priority is for inference",
+    mutating=False,
+    settings_model=Settings,
+    run=validate,
+    description="Rejects training and notebook workloads that use a priority class reserved for inference.",
+    rationale="The inference class preempts: a training job that borrows it evicts model servers to take "
+    "their GPUs.",
+    example="""\
+spec:
+  priorityClassName: training-standard
+""",
+)

@@ -1,0 +1,53 @@
+"""priority-class: a priorityClassName by workload class, where the user set none.
+
+Inference serves users and should preempt; training queues; notebooks yield.  On a bare
+Pod the apiserver's Priority plugin has already set ``spec.priority`` (from the global
+default) before the webhook runs, and it re-runs after a webhook mutates and refuses a
+Pod whose ``spec.priority`` disagrees with its class, so the stale value is dropped.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from policies.base import Policy, PolicySettings
+from webhook.workload import WorkloadView
+
+
+class Settings(PolicySettings):
+    classes: dict[str, str] = Field(
+        default_factory=lambda: {"inference": "inference-critical", "training": "training-standard",
+                                 "notebook": "notebook-dev"},
+        description="Workload class -> PriorityClass name.")
+    gpu_only: bool = Field(True, description="Only set it on workloads that request GPUs.")
+
+
+def mutate(view: WorkloadView, settings: Settings) -> None:
+    if settings.gpu_only and not view.is_gpu:
+        return
+    name = settings.classes.get(view.workload_class)
+    if not name:
+        return
+    for template in view.templates:
+        if template.spec.get("priorityClassName"):
+            continue
+        template.spec["priorityClassName"] = name
+        if view.kind.kind == "Pod":
+            template.spec.pop("priority", None)
+
+
+POLICY = Policy(
+    id="priority-class",
+    title="Priority class by workload class",
+    mutating=True,
+    settings_model=Settings,
+    run=mutate,
+    description="Sets priorityClassName by workload class (inference > training > notebooks) where absent; "
+    "on a bare Pod also drops spec.priority so the apiserver recomputes it.",
+    rationale="Without classes a notebook can hold the GPUs a production model server needs, and nothing "
+    "tells the scheduler which pod to preempt.",
+    example="""\
+spec:
+  priorityClassName: training-standard
+""",
+)

@@ -1,0 +1,269 @@
+"""The GpuguardConfig file: loaded once, validated fully, and compiled for the hot path.
+
+Everything a request needs is worked out here, at load time: each policy's settings for the
+base config and for every namespace profile (deep-merged, then validated), the GPU
+resource matcher, and the exemption sets.  The engine then only picks a compiled
+``PolicySet`` per request.  A bad file is refused with ``file:line: reason`` so an admin
+can fix a ConfigMap without guessing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError
+
+from policies import REGISTRY, Policy, PolicySettings
+from policies.base import ConfigModel
+from webhook.workload import WORKLOAD_CLASSES
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "policies" / "default-config.yaml"
+CONFIG_KIND = "GpuguardConfig"
+
+
+class ConfigError(Exception):
+    """A config file gpuguard refuses; the message is ``file:line: reason``."""
+
+
+class WorkloadClasses(ConfigModel):
+    by_kind: dict[str, Literal["training", "inference", "notebook"]] = Field(
+        default_factory=dict, description="Kind -> workload class, overriding the built-in defaults.")
+    allow_label_override: bool = Field(False, description="Let the label gpuguard.io/workload-class choose the "
+                                       "class (off: users could claim the inference priority).")
+
+
+class Exemptions(ConfigModel):
+    namespaces: list[str] = Field(default_factory=list, description="Namespace names or globs left untouched.")
+    users: list[str] = Field(default_factory=list, description="Requesting usernames left untouched.")
+    service_accounts: list[str] = Field(default_factory=list, description="namespace/name of requesting "
+                                        "service accounts left untouched.")
+    groups: list[str] = Field(default_factory=list, description="Requesting groups left untouched.")
+
+
+class ProfileMatch(ConfigModel):
+    namespaces: list[str] = Field(default_factory=list, description="Namespace names or globs.")
+    namespace_labels: dict[str, str] = Field(default_factory=dict, description="Labels the namespace must have.")
+
+
+class Profile(ConfigModel):
+    name: str
+    match: ProfileMatch
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class Cost(ConfigModel):
+    gpu_hourly_usd: dict[str, float] = Field(
+        default_factory=lambda: {"nvidia.com/gpu": 4.0, "nvidia.com/mig-*": 1.0, "amd.com/gpu": 3.0,
+                                 "habana.ai/gaudi": 3.0, "aws.amazon.com/neuron*": 1.5, "google.com/tpu": 4.0},
+        description="GPU resource (or glob) -> USD per GPU-hour, for audit cost estimates.")
+    product_hourly_usd: dict[str, float] = Field(
+        default_factory=lambda: {"NVIDIA-H100-80GB-HBM3": 9.0, "NVIDIA-A100-SXM4-80GB": 4.0,
+                                 "NVIDIA-A100-SXM4-40GB": 3.0, "NVIDIA-L4": 0.8},
+        description="nvidia.com/gpu.product label value -> USD per GPU-hour.")
+
+
+class ConfigFile(ConfigModel):
+    api_version: str = "gpuguard.io/v1alpha1"
+    kind: Literal["GpuguardConfig"] = CONFIG_KIND
+    failure_mode: Literal["open", "closed"] = Field("open", description="Engine failure: allow with a "
+                                                    "warning (open) or deny (closed).")
+    max_body_bytes: int = Field(3 * 1024 * 1024, ge=1024)
+    gpu_resources: list[str] = Field(
+        default_factory=lambda: ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*", "amd.com/gpu",
+                                 "gpu.intel.com/*", "habana.ai/gaudi", "aws.amazon.com/neuron*", "google.com/tpu"],
+        description="Resource names (globs) that count as GPUs.")
+    workload_classes: WorkloadClasses = Field(default_factory=WorkloadClasses)
+    exemptions: Exemptions = Field(default_factory=Exemptions)
+    trust_controller_pods: bool = Field(True, description="Do not deny pods whose controller (Job, ReplicaSet "
+                                        "...) already passed validation; they are still mutated.")
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    profiles: list[Profile] = Field(default_factory=list)
+    cost: Cost = Field(default_factory=Cost)
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """The enabled policies with their validated settings, split by phase, in registry order."""
+
+    mutating: tuple[tuple[Policy, PolicySettings], ...]
+    validating: tuple[tuple[Policy, PolicySettings], ...]
+
+    def settings(self, policy_id: str) -> PolicySettings | None:
+        for policy, settings in self.mutating + self.validating:
+            if policy.id == policy_id:
+                return settings
+        return None
+
+
+@dataclass(frozen=True)
+class CompiledProfile:
+    name: str
+    match: ProfileMatch
+    policies: PolicySet
+
+    def matches(self, namespace: str | None, labels: dict[str, str]) -> bool:
+        by_name = namespace is not None and any(fnmatchcase(namespace, p) for p in self.match.namespaces)
+        by_labels = bool(self.match.namespace_labels) and all(
+            labels.get(k) == v for k, v in self.match.namespace_labels.items())
+        return by_name or by_labels
+
+
+class Config:
+    """A loaded, validated and compiled GpuguardConfig."""
+
+    def __init__(self, raw: ConfigFile, policies: PolicySet, profiles: list[CompiledProfile], source: str):
+        self.raw = raw
+        self.source = source
+        self.policies = policies
+        self.profiles = profiles
+        self.failure_mode = raw.failure_mode
+        self.max_body_bytes = raw.max_body_bytes
+        self.cost = raw.cost
+        self.workload_classes = raw.workload_classes
+        self.trust_controller_pods = raw.trust_controller_pods
+        self._gpu_patterns = tuple(raw.gpu_resources)
+        self._exempt_users = frozenset(raw.exemptions.users) | frozenset(
+            "system:serviceaccount:" + sa.replace("/", ":", 1) for sa in raw.exemptions.service_accounts)
+        self._exempt_groups = frozenset(raw.exemptions.groups)
+        self._exempt_namespaces = tuple(raw.exemptions.namespaces)
+        self.is_gpu_resource = lru_cache(maxsize=1024)(self._is_gpu_resource)
+
+    def _is_gpu_resource(self, name: str) -> bool:
+        return any(fnmatchcase(name, pattern) for pattern in self._gpu_patterns)
+
+    def exemption(self, namespace: str | None, username: str, groups: tuple[str, ...]) -> str | None:
+        """Why a request is exempt, or ``None``.  Only admin-controlled facts count: never annotations."""
+        if namespace and any(fnmatchcase(namespace, p) for p in self._exempt_namespaces):
+            return f"namespace {namespace} is exempt"
+        if username in self._exempt_users:
+            return f"user {username} is exempt"
+        for group in groups:
+            if group in self._exempt_groups:
+                return f"group {group} is exempt"
+        return None
+
+    def policies_for(self, namespace: str | None, labels: dict[str, str]) -> tuple[str | None, PolicySet]:
+        """The profile name (or ``None``) and policy set in force for a namespace."""
+        for profile in self.profiles:
+            if profile.matches(namespace, labels):
+                return profile.name, profile.policies
+        return None, self.policies
+
+
+# ---------------------------------------------------------------- loading with line numbers
+
+def _line_index(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
+    """Map each key path of a YAML document to its 1-based line, to point errors at the right line."""
+    out = {} if out is None else out
+    out.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value
+            out[path + (key,)] = key_node.start_mark.line + 1
+            _line_index(value_node, path + (key,), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _line_index(item, path + (i,), out)
+    return out
+
+
+def _line_for(lines: dict[tuple, int], loc: tuple) -> int:
+    for end in range(len(loc), -1, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return 1
+
+
+def _errors(exc: ValidationError, prefix: tuple, lines: dict[tuple, int], source: str) -> ConfigError:
+    problems = []
+    for err in exc.errors():
+        loc = prefix + tuple(err["loc"])
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        problems.append(f"{source}:{_line_for(lines, loc)}: {where}: {message}")
+    return ConfigError("\n".join(problems))
+
+
+def _deep_merge(base: dict, override: dict) -> dict:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _compile_policies(overrides: dict[str, dict[str, Any]], prefix: tuple, lines: dict, source: str) -> PolicySet:
+    mutating, validating = [], []
+    for policy_id, values in overrides.items():
+        if policy_id not in REGISTRY:
+            known = ", ".join(REGISTRY)
+            raise ConfigError(f"{source}:{_line_for(lines, prefix + (policy_id,))}: unknown policy "
+                              f"{policy_id!r} (known: {known})")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}:{_line_for(lines, prefix + (policy_id,))}: policy {policy_id!r} "
+                              "must be a mapping of settings")
+    for policy_id, policy in REGISTRY.items():
+        try:
+            settings = policy.settings_model.model_validate(overrides.get(policy_id, {}))
+        except ValidationError as exc:
+            raise _errors(exc, prefix + (policy_id,), lines, source) from None
+        if settings.action != "off":
+            (mutating if policy.mutating else validating).append((policy, settings))
+    return PolicySet(tuple(mutating), tuple(validating))
+
+
+def build_config(data: Any, source: str = "<config>", lines: dict[tuple, int] | None = None) -> Config:
+    """Validate and compile a parsed config document."""
+    lines = lines or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}:1: the config must be a mapping with kind: {CONFIG_KIND}")
+    try:
+        raw = ConfigFile.model_validate(data)
+    except ValidationError as exc:
+        raise _errors(exc, (), lines, source) from None
+    for kind, cls in raw.workload_classes.by_kind.items():
+        if cls not in WORKLOAD_CLASSES:  # pragma: no cover - Literal already guards this
+            raise ConfigError(f"{source}: workloadClasses.byKind.{kind}: unknown class {cls}")
+    base = _compile_policies(raw.policies, ("policies",), lines, source)
+    profiles = []
+    for i, profile in enumerate(raw.profiles):
+        merged = {pid: _deep_merge(raw.policies.get(pid, {}), values) if isinstance(values, dict) else values
+                  for pid, values in profile.policies.items()}
+        merged = {**raw.policies, **merged}
+        profiles.append(CompiledProfile(profile.name, profile.match,
+                                        _compile_policies(merged, ("profiles", i, "policies"), lines, source)))
+    return Config(raw, base, profiles, source)
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Load a GpuguardConfig file (``None``: the shipped default) or raise ``ConfigError``."""
+    file = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    source = str(file)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read config: {exc.strerror or exc}") from None
+    return parse_config_text(text, source)
+
+
+def parse_config_text(text: str, source: str = "<config>") -> Config:
+    """Parse and compile config YAML text (used for files, ConfigMaps and tests)."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        raise ConfigError(f"{source}:{line}: invalid YAML: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: invalid YAML: {exc}") from None
+    if node is None:
+        raise ConfigError(f"{source}:1: the config file is empty")
+    return build_config(data, source, _line_index(node))

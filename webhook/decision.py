@@ -1,0 +1,108 @@
+"""What the engine returns: the contract shared by the webhook server, the audit CLI and tests.
+
+Kept free of any policy or server code so that every shell (HTTP, files, live cluster) can
+import it cheaply and render the same decision its own way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Config actions (what an admin writes) and the verdict a violation carries.
+ACTION_TO_VERDICT = {"enforce": "deny", "warn": "warn", "audit": "audit"}
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """Who asks for what: the parts of an AdmissionRequest the policies may depend on."""
+
+    operation: str = "CREATE"
+    namespace: str | None = None
+    namespace_labels: dict[str, str] = field(default_factory=dict)
+    username: str = ""
+    groups: tuple[str, ...] = ()
+    dry_run: bool = False
+    old_object: dict | None = None
+    # Which halves of the engine run: the /mutate endpoint mutates only, /validate validates only,
+    # `evaluate` and `audit` do both (validation then sees the mutated object, as the apiserver does).
+    mutate: bool = True
+    validate: bool = True
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One finding of a validating policy (or a would-be change of a mutating one in warn/audit mode)."""
+
+    policy: str
+    verdict: str  # deny | warn | audit
+    path: str  # dotted field path, e.g. spec.template.spec.containers[0]
+    message: str  # what is wrong and why it matters
+    fix: str  # the one-line fix
+    target: str = ""  # a readable name for what the path points at, e.g. the container name
+
+    @property
+    def text(self) -> str:
+        """The full sentence users see: ``[policy] path (target): message; fix.``"""
+        where = f"{self.path} ({self.target})" if self.target else self.path
+        return f"[{self.policy}] {where}: {self.message}; {self.fix.rstrip('.')}."
+
+    def to_dict(self) -> dict[str, str]:
+        return {"policy": self.policy, "action": self.verdict, "message": self.text, "path": self.path,
+                "fix": self.fix}
+
+
+@dataclass
+class Decision:
+    """The engine's answer for one object."""
+
+    allowed: bool
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str | None
+    original: Any
+    mutated: Any
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    mutated_by: list[str] = field(default_factory=list)
+    workload_class: str | None = None
+    gpus: int = 0  # GPUs the whole workload asks for (replicas x GPUs per pod)
+    gpus_by_resource: dict[str, int] = field(default_factory=dict)
+    skipped: str | None = None  # why the engine did not look (unknown kind, exempt namespace ...)
+    error: str | None = None  # the engine could not read the object (see failureMode)
+
+    @property
+    def denials(self) -> list[Violation]:
+        return [v for v in self.violations if v.verdict == "deny"]
+
+    @property
+    def warnings(self) -> list[Violation]:
+        return [v for v in self.violations if v.verdict == "warn"]
+
+    @property
+    def audits(self) -> list[Violation]:
+        return [v for v in self.violations if v.verdict == "audit"]
+
+    def result_entry(self, source: str | None = None, index: int | None = None) -> dict[str, Any]:
+        """The ``results[]`` entry of the audit JSON contract in ``shared/design.md``."""
+        entry: dict[str, Any] = {
+            "source": source,
+            "index": index,
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "allowed": self.allowed,
+            "workloadClass": self.workload_class,
+            "gpus": self.gpus,
+            "gpusByResource": dict(self.gpus_by_resource),
+            "violations": [v.to_dict() for v in self.violations],
+            "mutatedBy": list(self.mutated_by),
+            "patch": self.patch,
+        }
+        if self.skipped:
+            entry["skipped"] = self.skipped
+        if self.error:
+            entry["error"] = self.error
+        return entry

@@ -1,0 +1,76 @@
+"""``gpuguard evaluate FILE``: the engine's decision for each object of a manifest.
+
+The quickest way to see what gpuguard would do to a manifest: violations, the JSON patch
+and the mutated object.  Its JSON per object is the ``results[]`` entry of the audit
+contract, so scripts can switch between the two commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+import yaml
+
+from webhook.config import ConfigError, load_config
+from webhook.decision import Decision, RequestContext
+from webhook.engine import Engine
+from webhook.manifests import ManifestError, read_documents
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("evaluate", help="print the decision for each object in a manifest",
+                                   description="Evaluate every object of a manifest as a CREATE and print "
+                                   "violations, the JSON patch and the mutated object.")
+    parser.add_argument("file", help="manifest file (YAML or JSON, multi-document); - for stdin")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--config", help="GpuguardConfig file (default: the shipped default)")
+    parser.add_argument("--namespace", default="default", help="namespace for objects without one")
+    parser.set_defaults(func=run)
+
+
+def _text(decision: Decision, index: int) -> str:
+    head = f"--- [{index}] {decision.kind} {decision.namespace or '-'}/{decision.name or '-'}"
+    lines = [head]
+    if decision.error:
+        lines.append(f"error: {decision.error} ({'allowed' if decision.allowed else 'denied'} by failureMode)")
+    elif decision.skipped:
+        lines.append(f"skipped: {decision.skipped}")
+    else:
+        lines.append(f"decision: {'allowed' if decision.allowed else 'DENIED'}  class: {decision.workload_class}"
+                     f"  gpus: {decision.gpus}")
+    for violation in decision.violations:
+        lines.append(f"  {violation.verdict.upper():5} {violation.text}")
+    if decision.mutated_by:
+        lines.append(f"mutated by: {', '.join(decision.mutated_by)}")
+        lines.append("patch:")
+        lines.extend(f"  {orjson.dumps(op).decode()}" for op in decision.patch)
+        lines.append("mutated object:")
+        lines.append(yaml.safe_dump(decision.mutated, sort_keys=False).rstrip())
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        engine = Engine(load_config(args.config))
+        documents = read_documents(args.file)
+    except (ConfigError, ManifestError) as exc:
+        print(f"gpuguard: error: {exc}", file=sys.stderr)
+        return 2
+    results, denied, bad_input = [], False, False
+    for index, doc in enumerate(documents):
+        if doc.error:
+            bad_input = True
+            print(f"gpuguard: error: {doc.source}:{doc.line}: {doc.error}", file=sys.stderr)
+            continue
+        decision = engine.evaluate(doc.obj, RequestContext(operation="CREATE", namespace=args.namespace))
+        denied = denied or not decision.allowed
+        if args.format == "json":
+            results.append(decision.result_entry(doc.source, index))
+        else:
+            print(_text(decision, index))
+    if args.format == "json":
+        sys.stdout.write(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 2 if bad_input else (1 if denied else 0)

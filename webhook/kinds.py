@@ -1,0 +1,272 @@
+"""The workload kinds gpuguard understands, and where each keeps its pod templates.
+
+One table drives everything that needs to know about kinds: the workload view (where the
+pod templates are), the job policies (where TTL, deadline and retry fields live), the
+webhook configuration generator (which group/resource to intercept) and the audit
+``--cluster`` lister (what to list).  Adding a kind means adding one ``KindSpec`` here.
+
+Dispatch is on API group + kind, never on version alone, because ML operators change
+versions often (see ``shared/domain-sources.md`` section 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class TemplateRef:
+    """One pod template inside a workload.
+
+    ``spec_path`` points at the PodSpec (``containers``, ``volumes`` ...), ``meta_path`` at
+    the template's ObjectMeta, or ``None`` where the kind inlines a PodSpec without one
+    (KServe predictors).  ``replicas`` is how many pods this template makes, so that GPU
+    totals per workload are replicas x GPUs per pod.
+    """
+
+    role: str
+    spec_path: Path
+    meta_path: Path | None
+    replicas: int
+
+
+@dataclass(frozen=True)
+class JobFields:
+    """Where a kind keeps its finish/retry fields (paths from the object root)."""
+
+    ttl: Path | None = None
+    deadline: Path | None = None
+    backoff: Path | None = None
+    # RayJob: ttlSecondsAfterFinished only works with shutdownAfterJobFinishes: true.
+    ttl_requires_true: Path | None = None
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    group: str
+    kind: str
+    plural: str
+    versions: tuple[str, ...]
+    default_class: str
+    locate: Any = field(repr=False)  # Callable[[dict], Iterator[TemplateRef]]
+    job: JobFields | None = None
+    namespaced: bool = True
+
+    @property
+    def api_group_kind(self) -> tuple[str, str]:
+        return (self.group, self.kind)
+
+
+def _get(obj: Any, path: Path) -> Any:
+    """Follow ``path`` through dicts and lists; ``None`` when any step is missing or mistyped."""
+    cur = obj
+    for step in path:
+        if isinstance(step, int):
+            if not isinstance(cur, list) or step >= len(cur):
+                return None
+            cur = cur[step]
+        elif isinstance(cur, dict):
+            cur = cur.get(step)
+        else:
+            return None
+    return cur
+
+
+def get_path(obj: Any, path: Path) -> Any:
+    """Public read-only path lookup; tolerant of malformed objects."""
+    return _get(obj, path)
+
+
+def _int(value: Any, default: int = 1) -> int:
+    """Replica counts from user input: ints only (bools and strings are not counts)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return default
+
+
+def _pod(obj: dict) -> Iterator[TemplateRef]:
+    yield TemplateRef("pod", ("spec",), ("metadata",), 1)
+
+
+def _template(prefix: Path, replicas_path: Path | None = None, role: str = "template"):
+    def locate(obj: dict) -> Iterator[TemplateRef]:
+        replicas = _int(_get(obj, replicas_path)) if replicas_path else 1
+        yield TemplateRef(role, prefix + ("template", "spec"), prefix + ("template", "metadata"), replicas)
+
+    return locate
+
+
+def _job_replicas(job_spec: Any) -> int:
+    """Pods a Job runs at once: parallelism (default 1), capped by completions when set."""
+    parallelism = _int(_get(job_spec, ("parallelism",)))
+    completions = _get(job_spec, ("completions",))
+    if isinstance(completions, int) and not isinstance(completions, bool) and completions > 0:
+        return min(parallelism, completions)
+    return parallelism
+
+
+def _job(obj: dict) -> Iterator[TemplateRef]:
+    yield TemplateRef("job", ("spec", "template", "spec"), ("spec", "template", "metadata"),
+                      _job_replicas(_get(obj, ("spec",))))
+
+
+def _cronjob(obj: dict) -> Iterator[TemplateRef]:
+    base: Path = ("spec", "jobTemplate", "spec")
+    yield TemplateRef("job", base + ("template", "spec"), base + ("template", "metadata"),
+                      _job_replicas(_get(obj, base)))
+
+
+def _replica_map(field_name: str):
+    """Kubeflow v1 / MPI: ``spec.<x>ReplicaSpecs.<Role>.template`` (role keys are case-insensitive)."""
+
+    def locate(obj: dict) -> Iterator[TemplateRef]:
+        specs = _get(obj, ("spec", field_name))
+        if not isinstance(specs, dict):
+            return
+        for role, rspec in specs.items():
+            if not isinstance(rspec, dict):
+                continue
+            base: Path = ("spec", field_name, role, "template")
+            yield TemplateRef(str(role), base + ("spec",), base + ("metadata",), _int(rspec.get("replicas")))
+
+    return locate
+
+
+def _jobset(obj: dict) -> Iterator[TemplateRef]:
+    jobs = _get(obj, ("spec", "replicatedJobs"))
+    if not isinstance(jobs, list):
+        return
+    for i, rjob in enumerate(jobs):
+        if not isinstance(rjob, dict):
+            continue
+        base: Path = ("spec", "replicatedJobs", i, "template", "spec")
+        per_job = _job_replicas(_get(rjob, ("template", "spec")))
+        yield TemplateRef(str(rjob.get("name", i)), base + ("template", "spec"), base + ("template", "metadata"),
+                          _int(rjob.get("replicas")) * per_job)
+
+
+def _volcano(obj: dict) -> Iterator[TemplateRef]:
+    tasks = _get(obj, ("spec", "tasks"))
+    if not isinstance(tasks, list):
+        return
+    for i, task in enumerate(tasks):
+        if not isinstance(task, dict):
+            continue
+        base: Path = ("spec", "tasks", i, "template")
+        yield TemplateRef(str(task.get("name", i)), base + ("spec",), base + ("metadata",), _int(task.get("replicas")))
+
+
+def _ray_groups(prefix: Path):
+    def locate(obj: dict) -> Iterator[TemplateRef]:
+        head = prefix + ("headGroupSpec", "template")
+        if isinstance(_get(obj, head), dict):
+            yield TemplateRef("head", head + ("spec",), head + ("metadata",), 1)
+        groups = _get(obj, prefix + ("workerGroupSpecs",))
+        if isinstance(groups, list):
+            for i, group in enumerate(groups):
+                if not isinstance(group, dict):
+                    continue
+                base = prefix + ("workerGroupSpecs", i, "template")
+                replicas = max(_int(group.get("replicas")), _int(group.get("minReplicas"), 0))
+                yield TemplateRef(str(group.get("groupName", f"worker-{i}")), base + ("spec",), base + ("metadata",),
+                                  replicas * _int(group.get("numOfHosts")))
+
+    return locate
+
+
+def _rayjob(obj: dict) -> Iterator[TemplateRef]:
+    yield from _ray_groups(("spec", "rayClusterSpec"))(obj)
+    sub = ("spec", "submitterPodTemplate")
+    if isinstance(_get(obj, sub), dict):
+        yield TemplateRef("submitter", sub + ("spec",), sub + ("metadata",), 1)
+
+
+def _lws(obj: dict) -> Iterator[TemplateRef]:
+    groups = _int(_get(obj, ("spec", "replicas")))
+    size = _int(_get(obj, ("spec", "leaderWorkerTemplate", "size")))
+    base: Path = ("spec", "leaderWorkerTemplate")
+    if isinstance(_get(obj, base + ("leaderTemplate",)), dict):
+        yield TemplateRef("leader", base + ("leaderTemplate", "spec"), base + ("leaderTemplate", "metadata"), groups)
+        workers = groups * max(size - 1, 0)
+    else:
+        workers = groups * size
+    yield TemplateRef("worker", base + ("workerTemplate", "spec"), base + ("workerTemplate", "metadata"), workers)
+
+
+def _kserve(obj: dict) -> Iterator[TemplateRef]:
+    for component in ("predictor", "transformer", "explainer"):
+        comp = _get(obj, ("spec", component))
+        if not isinstance(comp, dict):
+            continue
+        replicas = max(_int(comp.get("minReplicas")), 1)
+        yield TemplateRef(component, ("spec", component), None, replicas)
+        if isinstance(comp.get("workerSpec"), dict):
+            yield TemplateRef(f"{component}-worker", ("spec", component, "workerSpec"), None, replicas)
+
+
+_RUN_POLICY = JobFields(ttl=("spec", "runPolicy", "ttlSecondsAfterFinished"),
+                        deadline=("spec", "runPolicy", "activeDeadlineSeconds"),
+                        backoff=("spec", "runPolicy", "backoffLimit"))
+_KUBEFLOW_VERSIONS = ("v1",)
+
+KINDS: tuple[KindSpec, ...] = (
+    KindSpec("", "Pod", "pods", ("v1",), "training", _pod,
+             JobFields(deadline=("spec", "activeDeadlineSeconds"))),
+    KindSpec("batch", "Job", "jobs", ("v1",), "training", _job,
+             JobFields(ttl=("spec", "ttlSecondsAfterFinished"), deadline=("spec", "activeDeadlineSeconds"),
+                       backoff=("spec", "backoffLimit"))),
+    KindSpec("batch", "CronJob", "cronjobs", ("v1",), "training", _cronjob,
+             JobFields(ttl=("spec", "jobTemplate", "spec", "ttlSecondsAfterFinished"),
+                       deadline=("spec", "jobTemplate", "spec", "activeDeadlineSeconds"),
+                       backoff=("spec", "jobTemplate", "spec", "backoffLimit"))),
+    KindSpec("apps", "Deployment", "deployments", ("v1",), "inference", _template(("spec",), ("spec", "replicas"))),
+    KindSpec("apps", "StatefulSet", "statefulsets", ("v1",), "inference",
+             _template(("spec",), ("spec", "replicas"))),
+    KindSpec("apps", "ReplicaSet", "replicasets", ("v1",), "inference", _template(("spec",), ("spec", "replicas"))),
+    KindSpec("apps", "DaemonSet", "daemonsets", ("v1",), "inference", _template(("spec",))),
+    KindSpec("kubeflow.org", "PyTorchJob", "pytorchjobs", _KUBEFLOW_VERSIONS, "training",
+             _replica_map("pytorchReplicaSpecs"), _RUN_POLICY),
+    KindSpec("kubeflow.org", "TFJob", "tfjobs", _KUBEFLOW_VERSIONS, "training", _replica_map("tfReplicaSpecs"),
+             _RUN_POLICY),
+    KindSpec("kubeflow.org", "MPIJob", "mpijobs", ("v2beta1", "v1"), "training", _replica_map("mpiReplicaSpecs"),
+             _RUN_POLICY),
+    KindSpec("kubeflow.org", "XGBoostJob", "xgboostjobs", _KUBEFLOW_VERSIONS, "training",
+             _replica_map("xgbReplicaSpecs"), _RUN_POLICY),
+    KindSpec("kubeflow.org", "PaddleJob", "paddlejobs", _KUBEFLOW_VERSIONS, "training",
+             _replica_map("paddleReplicaSpecs"), _RUN_POLICY),
+    KindSpec("kubeflow.org", "JAXJob", "jaxjobs", _KUBEFLOW_VERSIONS, "training", _replica_map("jaxReplicaSpecs"),
+             _RUN_POLICY),
+    KindSpec("kubeflow.org", "Notebook", "notebooks", ("v1", "v1beta1"), "notebook", _template(("spec",))),
+    KindSpec("jobset.x-k8s.io", "JobSet", "jobsets", ("v1alpha2",), "training", _jobset,
+             JobFields(ttl=("spec", "ttlSecondsAfterFinished"))),
+    KindSpec("batch.volcano.sh", "Job", "jobs", ("v1alpha1",), "training", _volcano,
+             JobFields(ttl=("spec", "ttlSecondsAfterFinished"), backoff=("spec", "maxRetry"))),
+    KindSpec("ray.io", "RayJob", "rayjobs", ("v1",), "training", _rayjob,
+             JobFields(ttl=("spec", "ttlSecondsAfterFinished"), deadline=("spec", "activeDeadlineSeconds"),
+                       ttl_requires_true=("spec", "shutdownAfterJobFinishes"))),
+    KindSpec("ray.io", "RayCluster", "rayclusters", ("v1",), "inference", _ray_groups(("spec",))),
+    KindSpec("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", ("v1",), "inference", _lws),
+    KindSpec("serving.kserve.io", "InferenceService", "inferenceservices", ("v1beta1",), "inference", _kserve),
+)
+
+_BY_GROUP_KIND: dict[tuple[str, str], KindSpec] = {k.api_group_kind: k for k in KINDS}
+# Controllers whose pods (via ownerReferences) gpuguard treats as already checked.
+CONTROLLER_KINDS = frozenset({"Job", "ReplicaSet", "StatefulSet", "DaemonSet"})
+
+
+def group_of(api_version: Any) -> str:
+    """``batch/v1`` -> ``batch``; ``v1`` -> ``""`` (the core group)."""
+    if not isinstance(api_version, str):
+        return ""
+    return api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+
+
+def lookup(api_version: Any, kind: Any) -> KindSpec | None:
+    """The KindSpec for an object's apiVersion/kind, or ``None`` for kinds gpuguard leaves alone."""
+    if not isinstance(kind, str):
+        return None
+    return _BY_GROUP_KIND.get((group_of(api_version), kind))
