@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic.alias_generators import to_camel
 
 from webhook.kinds import Path
@@ -31,6 +31,12 @@ class PolicySettings(ConfigModel):
     """Settings every policy has."""
 
     action: Action = "enforce"
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        """YAML 1.1 reads an unquoted ``off`` as ``false``; admins mean the action ``off``."""
+        return "off" if value is False else value
 
 
 @dataclass(frozen=True)

@@ -143,11 +143,11 @@ class Engine:
                 self._annotate(work, decision.mutated_by)
         decision.mutated = work
 
-        if ctx.validate and ctx.operation in ("CREATE", "UPDATE"):
-            if not (owner is not None and self.config.trust_controller_pods):
-                decision.violations.extend(self._validate(view, policy_set))
-                if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
-                    decision.violations = self._new_in_update(decision.violations, kind, ctx)
+        trusted = owner is not None and self.config.trust_controller_pods
+        if ctx.validate and ctx.operation in ("CREATE", "UPDATE") and not trusted:
+            decision.violations.extend(self._validate(view, policy_set))
+            if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
+                decision.violations = self._new_in_update(decision.violations, kind, ctx)
 
         decision.patch = make_patch(original, work)
         decision.allowed = not decision.denials

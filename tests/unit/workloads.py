@@ -1,0 +1,127 @@
+"""Builders for every workload kind the engine knows, around one pod spec.
+
+Tests parametrize over ``ALL_KINDS`` so each policy is exercised on each kind, and use
+``template_specs`` to find the pod specs back in the engine's output.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from webhook import kinds
+from webhook.kinds import get_path
+
+
+def gpu_container(gpus: int = 1, name: str = "trainer", **extra: Any) -> dict:
+    container = {"name": name, "image": "ghcr.io/example/train:1", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    container.update(extra)
+    return container
+
+
+def cpu_container(name: str = "app") -> dict:
+    return {"name": name, "image": "nginx:1.27"}
+
+
+def pvc_pod_spec(gpus: int = 1) -> dict:
+    return {
+        "restartPolicy": "Never",
+        "containers": [gpu_container(gpus, volumeMounts=[{"name": "ckpt", "mountPath": "/checkpoints"}])],
+        "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}],
+    }
+
+
+def bare_pod_spec(gpus: int = 1) -> dict:
+    return {"restartPolicy": "Never", "containers": [gpu_container(gpus)]}
+
+
+def _tmpl(spec: dict) -> dict:
+    return {"metadata": {"labels": {"app": "x"}}, "spec": copy.deepcopy(spec)}
+
+
+def make(kind: str, spec: dict, replicas: int = 1, name: str = "w", namespace: str = "ml") -> dict:
+    """A ``kind`` object whose every pod template carries ``spec`` (``replicas`` pods per role)."""
+    meta = {"name": name, "namespace": namespace}
+    t = _tmpl(spec)
+    builders = {
+        "Pod": lambda: {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(spec)},
+        "Job": lambda: {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+                        "spec": {"parallelism": replicas, "template": t}},
+        "CronJob": lambda: {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": meta,
+                            "spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": {"parallelism": replicas,
+                                                                                       "template": t}}}},
+        "Deployment": lambda: {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                               "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "x"}},
+                                        "template": t}},
+        "StatefulSet": lambda: {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
+                                "spec": {"replicas": replicas, "serviceName": "x",
+                                         "selector": {"matchLabels": {"app": "x"}}, "template": t}},
+        "ReplicaSet": lambda: {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": meta,
+                               "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "x"}},
+                                        "template": t}},
+        "DaemonSet": lambda: {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta,
+                              "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": t}},
+        "PyTorchJob": lambda: {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": meta,
+                               "spec": {"runPolicy": {}, "pytorchReplicaSpecs": {
+                                   "Master": {"replicas": 1, "template": t},
+                                   "Worker": {"replicas": replicas, "template": _tmpl(spec)}}}},
+        "TFJob": lambda: {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": meta,
+                          "spec": {"tfReplicaSpecs": {"Worker": {"replicas": replicas, "template": t}}}},
+        "MPIJob": lambda: {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": meta,
+                           "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": replicas, "template": t}}}},
+        "XGBoostJob": lambda: {"apiVersion": "kubeflow.org/v1", "kind": "XGBoostJob", "metadata": meta,
+                               "spec": {"xgbReplicaSpecs": {"Master": {"replicas": replicas, "template": t}}}},
+        "PaddleJob": lambda: {"apiVersion": "kubeflow.org/v1", "kind": "PaddleJob", "metadata": meta,
+                              "spec": {"paddleReplicaSpecs": {"Worker": {"replicas": replicas, "template": t}}}},
+        "JAXJob": lambda: {"apiVersion": "kubeflow.org/v1", "kind": "JAXJob", "metadata": meta,
+                           "spec": {"jaxReplicaSpecs": {"Worker": {"replicas": replicas, "template": t}}}},
+        "Notebook": lambda: {"apiVersion": "kubeflow.org/v1", "kind": "Notebook", "metadata": meta,
+                             "spec": {"template": t}},
+        "JobSet": lambda: {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta,
+                           "spec": {"replicatedJobs": [{"name": "workers", "replicas": replicas,
+                                                        "template": {"spec": {"template": t}}}]}},
+        "VolcanoJob": lambda: {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta,
+                               "spec": {"minAvailable": replicas,
+                                        "tasks": [{"name": "worker", "replicas": replicas, "template": t}]}},
+        "RayJob": lambda: {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": meta,
+                           "spec": {"entrypoint": "python train.py", "shutdownAfterJobFinishes": True,
+                                    "rayClusterSpec": {"headGroupSpec": {"template": t},
+                                                       "workerGroupSpecs": [{"groupName": "gpu",
+                                                                             "replicas": replicas,
+                                                                             "template": _tmpl(spec)}]}}},
+        "RayCluster": lambda: {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta,
+                               "spec": {"headGroupSpec": {"template": t},
+                                        "workerGroupSpecs": [{"groupName": "gpu", "replicas": replicas,
+                                                              "template": _tmpl(spec)}]}},
+        "LeaderWorkerSet": lambda: {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                                    "metadata": meta,
+                                    "spec": {"replicas": 1, "leaderWorkerTemplate": {
+                                        "size": replicas, "workerTemplate": t}}},
+        "InferenceService": lambda: {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+                                     "metadata": meta, "spec": {"predictor": copy.deepcopy(spec)}},
+    }
+    return builders[kind]()
+
+
+ALL_KINDS = ["Pod", "Job", "CronJob", "Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "PyTorchJob",
+             "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "Notebook", "JobSet", "VolcanoJob", "RayJob",
+             "RayCluster", "LeaderWorkerSet", "InferenceService"]
+TRAINING_KINDS = ["Pod", "Job", "CronJob", "PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob",
+                  "JobSet", "VolcanoJob", "RayJob"]
+INFERENCE_KINDS = ["Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "RayCluster", "LeaderWorkerSet",
+                   "InferenceService"]
+JOB_KINDS_WITH_TTL = ["Job", "CronJob", "PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob",
+                      "JobSet", "VolcanoJob", "RayJob"]
+
+
+def template_specs(obj: dict) -> list[dict]:
+    """Every pod spec of ``obj``, found through the kind table."""
+    spec = kinds.lookup(obj["apiVersion"], obj["kind"])
+    assert spec is not None
+    return [get_path(obj, ref.spec_path) for ref in spec.locate(obj)]
+
+
+def job_field(obj: dict, which: str) -> Any:
+    spec = kinds.lookup(obj["apiVersion"], obj["kind"])
+    path = getattr(spec.job, which)
+    return get_path(obj, path) if path else None
