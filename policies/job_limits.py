@@ -32,7 +32,8 @@ def mutate(view: WorkloadView, settings: Settings) -> None:
     if view.owned_by_controller:
         return
     if fields.backoff:
-        set_int_field(view.obj, fields.backoff, settings.backoff_limit, settings.max_backoff_limit)
+        set_int_field(view.obj, fields.backoff, settings.backoff_limit, settings.max_backoff_limit,
+                      fields.backoff_api_default)
     if fields.deadline:
         set_int_field(view.obj, fields.deadline, settings.active_deadline_seconds,
                       settings.max_active_deadline_seconds)

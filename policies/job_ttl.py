@@ -22,10 +22,11 @@ class Settings(PolicySettings):
     gpu_only: bool = Field(True, description="Only set it on workloads that request GPUs.")
 
 
-def set_int_field(obj: dict, path: tuple, default: int, maximum: int | None) -> None:
+def set_int_field(obj: dict, path: tuple, default: int, maximum: int | None, api_default: int | None = None) -> None:
     """Set an integer field at ``path`` when absent, cap it at ``maximum`` when above.
 
     Shared by the job policies: each owns one field, and leaves a wrong-typed value alone.
+    ``api_default`` is the value the apiserver fills in before webhooks run; it counts as absent.
     """
     parent = obj
     for step in path[:-1]:
@@ -33,7 +34,7 @@ def set_int_field(obj: dict, path: tuple, default: int, maximum: int | None) -> 
         if parent is None:
             return
     current = parent.get(path[-1])
-    if current is None:
+    if current is None or (api_default is not None and current == api_default and not isinstance(current, bool)):
         parent[path[-1]] = default if maximum is None else min(default, maximum)
     elif isinstance(current, int) and not isinstance(current, bool) and maximum is not None and current > maximum:
         parent[path[-1]] = maximum

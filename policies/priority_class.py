@@ -3,7 +3,9 @@
 Inference serves users and should preempt; training queues; notebooks yield.  On a bare
 Pod the apiserver's Priority plugin has already set ``spec.priority`` (from the global
 default) before the webhook runs, and it re-runs after a webhook mutates and refuses a
-Pod whose ``spec.priority`` disagrees with its class, so the stale value is dropped.
+Pod whose ``spec.priority`` disagrees with its class, so the stale value is dropped.  The
+same holds for ``spec.preemptionPolicy`` (seen against a real 1.33 apiserver: "the string
+value of PreemptionPolicy (PreemptLowerPriority) must not be provided in pod spec").
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def mutate(view: WorkloadView, settings: Settings) -> None:
         template.spec["priorityClassName"] = name
         if view.kind.kind == "Pod":
             template.spec.pop("priority", None)
+            template.spec.pop("preemptionPolicy", None)
 
 
 POLICY = Policy(
@@ -43,7 +46,7 @@ POLICY = Policy(
     settings_model=Settings,
     run=mutate,
     description="Sets priorityClassName by workload class (inference > training > notebooks) where absent; "
-    "on a bare Pod also drops spec.priority so the apiserver recomputes it.",
+    "on a bare Pod also drops spec.priority and spec.preemptionPolicy so the apiserver recomputes them.",
     rationale="Without classes a notebook can hold the GPUs a production model server needs, and nothing "
     "tells the scheduler which pod to preempt.",
     example="""\

@@ -28,6 +28,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--config", help="GpuguardConfig file (default: the shipped default)")
     parser.add_argument("--namespace", default="default", help="namespace for objects without one")
+    parser.add_argument("--fail-on-deny", action="store_true",
+                        help="exit 1 when any object would be denied (default: exit 0 once all were evaluated)")
     parser.set_defaults(func=run)
 
 
@@ -59,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, ManifestError) as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
         return 2
-    results, denied, bad_input = [], False, False
+    results: list[dict[str, Any]] = []
+    denied = bad_input = False
     for index, doc in enumerate(documents):
         if doc.error:
             bad_input = True
@@ -73,4 +76,6 @@ def run(args: argparse.Namespace) -> int:
             print(_text(decision, index))
     if args.format == "json":
         sys.stdout.write(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode() + "\n")
-    return 2 if bad_input else (1 if denied else 0)
+    if args.fail_on_deny and denied:
+        return 1
+    return 2 if bad_input else 0

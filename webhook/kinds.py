@@ -43,6 +43,9 @@ class JobFields:
     backoff: Path | None = None
     # RayJob: ttlSecondsAfterFinished only works with shutdownAfterJobFinishes: true.
     ttl_requires_true: Path | None = None
+    # The apiserver defaults Job.spec.backoffLimit to 6 before admission webhooks run, so a
+    # webhook can't tell "unset" from "6": that value counts as unset.
+    backoff_api_default: int | None = None
 
 
 @dataclass(frozen=True)
@@ -218,11 +221,11 @@ KINDS: tuple[KindSpec, ...] = (
              JobFields(deadline=("spec", "activeDeadlineSeconds"))),
     KindSpec("batch", "Job", "jobs", ("v1",), "training", _job,
              JobFields(ttl=("spec", "ttlSecondsAfterFinished"), deadline=("spec", "activeDeadlineSeconds"),
-                       backoff=("spec", "backoffLimit"))),
+                       backoff=("spec", "backoffLimit"), backoff_api_default=6)),
     KindSpec("batch", "CronJob", "cronjobs", ("v1",), "training", _cronjob,
              JobFields(ttl=("spec", "jobTemplate", "spec", "ttlSecondsAfterFinished"),
                        deadline=("spec", "jobTemplate", "spec", "activeDeadlineSeconds"),
-                       backoff=("spec", "jobTemplate", "spec", "backoffLimit"))),
+                       backoff=("spec", "jobTemplate", "spec", "backoffLimit"), backoff_api_default=6)),
     KindSpec("apps", "Deployment", "deployments", ("v1",), "inference", _template(("spec",), ("spec", "replicas"))),
     KindSpec("apps", "StatefulSet", "statefulsets", ("v1",), "inference",
              _template(("spec",), ("spec", "replicas"))),

@@ -116,7 +116,8 @@ def test_deployment_shape() -> None:
     assert container["image"] == "ghcr.io/gpuguard/gpuguard:0.1.0"
     assert container["args"] == ["serve", "--config", "/etc/gpuguard/config.yaml",
                                  "--tls-cert", "/etc/gpuguard/tls/tls.crt",
-                                 "--tls-key", "/etc/gpuguard/tls/tls.key", "--port", "8443"]
+                                 "--tls-key", "/etc/gpuguard/tls/tls.key", "--port", "8443",
+                                 "--namespace-labels"]
     assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
     assert set(container["resources"]["requests"]) == {"cpu", "memory"}
     assert set(container["resources"]["limits"]) == {"cpu", "memory"}

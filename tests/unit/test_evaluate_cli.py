@@ -23,7 +23,8 @@ def test_evaluate_json_matches_contract_and_patches_apply():
     import yaml
 
     proc = gpuguard("evaluate", str(EXAMPLE), "--format", "json")
-    assert proc.returncode == 1, proc.stderr  # the example's first job is denied
+    assert proc.returncode == 0, proc.stderr
+    assert gpuguard("evaluate", str(EXAMPLE), "--fail-on-deny").returncode == 1  # the first job is denied
     results = json.loads(proc.stdout)
     assert [r["allowed"] for r in results] == [False, True]
     assert results[0]["violations"][0]["policy"] == "checkpoint-volume"

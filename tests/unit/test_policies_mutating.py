@@ -177,9 +177,10 @@ def test_priority_class_user_value_kept_and_bare_pod_priority_dropped():
     assert only("priority-class").evaluate(make("Job", spec)).patch == []
     pod = make("Pod", pvc_pod_spec())
     pod["spec"]["priority"] = 0
+    pod["spec"]["preemptionPolicy"] = "PreemptLowerPriority"
     out = only("priority-class").evaluate(pod)
     assert out.mutated["spec"]["priorityClassName"] == "training-standard"
-    assert "priority" not in out.mutated["spec"]
+    assert "priority" not in out.mutated["spec"] and "preemptionPolicy" not in out.mutated["spec"]
     assert {"op": "remove", "path": "/spec/priority"} in out.patch
 
 
@@ -239,6 +240,14 @@ def test_job_limits_cap_and_respect_user_values():
     obj["spec"].update(backoffLimit=0, activeDeadlineSeconds=10**8)
     out = only("job-limits").evaluate(obj).mutated
     assert out["spec"]["backoffLimit"] == 0 and out["spec"]["activeDeadlineSeconds"] == 604800
+
+
+def test_job_backoff_api_default_counts_as_unset():
+    obj = make("Job", pvc_pod_spec())
+    obj["spec"]["backoffLimit"] = 6  # what the apiserver's defaulting leaves before webhooks run
+    assert only("job-limits").evaluate(obj).mutated["spec"]["backoffLimit"] == 3
+    obj["spec"]["backoffLimit"] = 5
+    assert only("job-limits").evaluate(obj).mutated["spec"]["backoffLimit"] == 5
 
 
 def test_job_limits_not_for_inference():
