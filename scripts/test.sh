@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine too: installs what it needs, then lint + pytest.
+#   unit tests      engine, policies, config, certs, server over real HTTPS, audit formats
+#   e2e tests       a real kube-apiserver + kube-controller-manager (built once from the Go
+#                   module proxy, cached in ~/.cache/gpuguard-e2e) + etcd, driven with kubectl
+#   browser test    the audit HTML report rendered in headless Chromium
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not e2e"`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+# System packages the e2e and browser tests use (Debian's; root only, skipped when present).
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  missing=()
+  command -v chromium >/dev/null || missing+=(chromium)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "test.sh: installing ${missing[*]} with apt-get"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+# kube-apiserver, kube-controller-manager and etcd for the e2e suite (a no-op once cached).
+if command -v go >/dev/null; then
+  bash tests/e2e/cluster/build.sh
+else
+  echo "test.sh: Go is missing: the e2e tests will skip (and fail under CI=true)"
+fi
+
+ruff check .
+python3 -m pytest -p no:cacheprovider "$@"

@@ -1,0 +1,23 @@
+"""The README's policy table lists every policy with its real default action."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from policies import REGISTRY
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def test_readme_policy_table_matches_registry():
+    rows = re.findall(r"^\| `([a-z-]+)` \| (mutating|validating) \| (enforce|warn|audit|off) \|", README, re.M)
+    assert [(pid, kind, action) for pid, kind, action in rows] == [
+        (p.id, p.kind, p.default_action) for p in REGISTRY.values()]
+
+
+def test_readme_first_commands_are_install_run_and_test():
+    block = README.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert block[0] == "pip install -e '.[test]' && gpuguard evaluate examples/gpu-job.yaml"
+    assert block[1] == "bash scripts/test.sh"
+    assert "bash scripts/test.sh" in (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
