@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "webhook.server",
     "certs.cli",
     "webhook.webhookconfig",
+    "webhook.audit.cli",
 )
 
 

@@ -14,10 +14,10 @@ from typing import Any
 import orjson
 import yaml
 
+from webhook.audit.inputs import load as load_documents
 from webhook.config import ConfigError, load_config
 from webhook.decision import Decision, RequestContext
 from webhook.engine import Engine
-from webhook.manifests import ManifestError, read_documents
 
 
 def register(subparsers: Any) -> None:
@@ -57,23 +57,22 @@ def _text(decision: Decision, index: int) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         engine = Engine(load_config(args.config))
-        documents = read_documents(args.file)
-    except (ConfigError, ManifestError) as exc:
+    except ConfigError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
         return 2
     results: list[dict[str, Any]] = []
     denied = bad_input = False
-    for index, doc in enumerate(documents):
+    for doc in load_documents([args.file]):
         if doc.error:
             bad_input = True
-            print(f"gpuguard: error: {doc.source}:{doc.line}: {doc.error}", file=sys.stderr)
+            print(f"gpuguard: error: {doc.location}: {doc.error.message}", file=sys.stderr)
             continue
         decision = engine.evaluate(doc.obj, RequestContext(operation="CREATE", namespace=args.namespace))
         denied = denied or not decision.allowed
         if args.format == "json":
-            results.append(decision.result_entry(doc.source, index))
+            results.append(decision.result_entry(doc.source, doc.index))
         else:
-            print(_text(decision, index))
+            print(_text(decision, doc.index))
     if args.format == "json":
         sys.stdout.write(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode() + "\n")
     if args.fail_on_deny and denied:

@@ -1,0 +1,186 @@
+"""``gpuguard audit --cluster`` against the real control plane.
+
+Real objects, as the apiserver stores them (defaulted fields, status, managedFields, uids),
+and real controllers: kube-controller-manager turns the Job into a Pod and the Deployment
+into a ReplicaSet and Pods, which the audit must not count twice.  The PyTorchJob CRD is
+installed and the JobSet CRD is not, so discovery decides what is listed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .cluster.fixtures import control_plane  # noqa: F401 - pytest fixture
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+NS_A, NS_B = "audit-e2e-a", "audit-e2e-b"
+
+MANIFESTS = f"""
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: {NS_A}
+  labels:
+    team: ml-research
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: {NS_B}
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: bert-pretrain
+  namespace: {NS_A}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: pretrain
+        image: nvcr.io/nvidia/pytorch:24.05-py3
+        resources:
+          limits:
+            nvidia.com/gpu: 2
+        volumeMounts:
+        - name: scratch
+          mountPath: /checkpoints
+      volumes:
+      - name: scratch
+        emptyDir: {{}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: vllm
+  namespace: {NS_A}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {{app: vllm}}
+  template:
+    metadata:
+      labels: {{app: vllm}}
+    spec:
+      containers:
+      - name: vllm
+        image: vllm/vllm-openai:v0.4.3
+        resources:
+          limits:
+            nvidia.com/gpu: 1
+            memory: 32Gi
+---
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: resnet
+  namespace: {NS_B}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template:
+        spec:
+          containers:
+          - name: pytorch
+            image: ghcr.io/example-ml/resnet-train:1.4.0
+            resources:
+              limits: {{nvidia.com/gpu: 4, memory: 128Gi}}
+    Worker:
+      replicas: 3
+      template:
+        spec:
+          containers:
+          - name: pytorch
+            image: ghcr.io/example-ml/resnet-train:1.4.0
+            resources:
+              limits: {{nvidia.com/gpu: 4, memory: 128Gi}}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane):  # noqa: F811 - the imported fixture
+    cp = control_plane
+    cp.install_crds("pytorchjob")
+    cp.kubectl("apply", "-f", "-", input=MANIFESTS)
+
+    def controllers_done() -> bool:
+        pods = cp.kubectl_json("get", "pods", "-n", NS_A)["items"]
+        replicasets = cp.kubectl_json("get", "replicasets", "-n", NS_A)["items"]
+        return len(pods) >= 3 and len(replicasets) == 1
+
+    cp.wait_for(controllers_done, timeout=60, message="Job and Deployment pods created")
+    return cp
+
+
+def audit(cp, *args: str) -> tuple[int, dict, str]:
+    proc = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
+                           str(cp.kubeconfig), "--format", "json", *args],
+                          capture_output=True, text=True, cwd=ROOT, env={**cp.env, "CI": "1"}, timeout=180)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+def ours(data: dict) -> list[tuple[str, str, str]]:
+    return sorted((r["kind"], r["namespace"], r["name"]) for r in data["results"]
+                  if r.get("namespace") in (NS_A, NS_B))
+
+
+def test_all_namespaces_counts_each_workload_once(cluster) -> None:
+    code, data, _ = audit(cluster, "--all-namespaces", "--chunk-size", "1")
+    assert ours(data) == [("Deployment", NS_A, "vllm"), ("Job", NS_A, "bert-pretrain"),
+                          ("PyTorchJob", NS_B, "resnet")]
+    summary = data["summary"]
+    assert summary["sources"][0].startswith("cluster:")
+    assert any("not served by this cluster" in n and "JobSet" in n for n in summary["notes"])
+    assert any("not counted twice" in n for n in summary["notes"])
+    by_name = {r["name"]: r for r in data["results"] if r.get("namespace") in (NS_A, NS_B)}
+    job = by_name["bert-pretrain"]
+    assert any(v["policy"] == "checkpoint-volume" and v["action"] == "deny" for v in job["violations"])
+    assert {"job-ttl", "job-limits"} <= set(job["mutatedBy"])
+    assert job["costAtRisk"]["gpus"] == 2
+    # Evaluated as the object a user would create: nothing server-set shows up in the patch.
+    for result in by_name.values():
+        assert not any(op["path"].startswith(("/status", "/metadata/managedFields", "/metadata/uid"))
+                       for op in result["patch"])
+    assert any(v["policy"] == "gang-scheduling" for v in by_name["resnet"]["violations"])
+    assert code == 1 and summary["exitCode"] == 1
+
+
+def test_namespace_scope_and_labels(cluster) -> None:
+    code, data, _ = audit(cluster, "--namespace", NS_B)
+    assert ours(data) == [("PyTorchJob", NS_B, "resnet")]
+    assert {r["namespace"] for r in data["results"]} == {NS_B}
+
+    from kubernetes import config as k8s_config
+
+    from webhook.audit.cluster import ClusterLister
+
+    api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    try:
+        listed = list(ClusterLister(api, namespace=NS_A).objects())
+    finally:
+        api.close()
+    assert {d.obj["metadata"]["name"] for d, _ in listed} == {"bert-pretrain", "vllm"}
+    assert all(ctx.operation == "CREATE" and ctx.namespace_labels.get("team") == "ml-research" for _, ctx in listed)
+
+
+def test_table_and_sarif_from_a_cluster(cluster, tmp_path: Path) -> None:
+    sarif = tmp_path / "cluster.sarif"
+    proc = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "-n", NS_A, "--kubeconfig",
+                           str(cluster.kubeconfig), "--format", "sarif", "--output", str(sarif)],
+                          capture_output=True, text=True, cwd=ROOT, env={**cluster.env, "CI": "1"}, timeout=180)
+    assert proc.returncode == 1, proc.stderr
+    run = json.loads(sarif.read_text())["runs"][0]
+    locations = [r["locations"][0] for r in run["results"]]
+    assert locations and all("physicalLocation" not in loc for loc in locations)
+    assert {loc["logicalLocations"][0]["fullyQualifiedName"] for loc in locations} >= {
+        f"Job/{NS_A}/bert-pretrain"}

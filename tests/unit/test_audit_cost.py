@@ -1,0 +1,87 @@
+"""Cost at risk: which decisions count, how they are priced, and how totals add up.
+
+Synthetic ``Decision`` objects keep these tests about the estimate itself, independent of
+what the policies find in a given manifest.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from webhook.audit import cost
+from webhook.config import load_config
+from webhook.decision import Decision, Violation
+
+
+def decision(gpus: dict[str, int], *, mutated_by=(), violations=(), obj=None) -> Decision:
+    return Decision(allowed=True, api_version="batch/v1", kind="Job", namespace="ml", name="j", original=obj,
+                    mutated=obj, mutated_by=list(mutated_by), violations=list(violations),
+                    gpus=sum(gpus.values()), gpus_by_resource=dict(gpus))
+
+
+def job_on(product: str, how: str = "selector") -> dict:
+    pod: dict = {"containers": [{"name": "t"}]}
+    if how == "selector":
+        pod["nodeSelector"] = {"nvidia.com/gpu.product": product}
+    else:
+        pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [product]}]}]}}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": pod}}}
+
+
+PRICES = cost.Prices({"nvidia.com/gpu": 4.0, "nvidia.com/mig-*": 1.0}, {"NVIDIA-H100-80GB-HBM3": 9.0, "*L4*": 0.8})
+
+
+def test_only_missing_deadline_ttl_or_unschedulable_counts() -> None:
+    assert cost.workload_cost(decision({"nvidia.com/gpu": 2}), PRICES) is None
+    assert cost.workload_cost(decision({"nvidia.com/gpu": 2}, mutated_by=["default-resources"]), PRICES) is None
+    warn_shape = Violation("gpu-request-shape", "warn", "spec", "memory", "fix")
+    assert cost.workload_cost(decision({"nvidia.com/gpu": 2}, violations=[warn_shape]), PRICES) is None
+    assert cost.workload_cost(decision({}, mutated_by=["job-ttl"]), PRICES) is None  # no GPU, nothing at risk
+
+    ttl = cost.workload_cost(decision({"nvidia.com/gpu": 2}, mutated_by=["job-ttl", "job-limits"]), PRICES)
+    assert ttl is not None and ttl.reasons == ("job-limits", "job-ttl")
+    assert ttl.gpu_hours_per_day == 48 and ttl.usd_per_day == pytest.approx(2 * 24 * 4.0)
+    # A mutating policy in warn/audit mode reports instead of mutating: it still counts.
+    would = Violation("job-limits", "audit", "metadata", "would change /spec/activeDeadlineSeconds", "fix")
+    assert cost.workload_cost(decision({"nvidia.com/gpu": 1}, violations=[would]), PRICES).reasons == ("job-limits",)
+    deny_shape = Violation("gpu-request-shape", "deny", "spec", "16 GPUs on 8-GPU nodes", "fix")
+    pend = cost.workload_cost(decision({"nvidia.com/gpu": 16}, violations=[deny_shape]), PRICES)
+    assert pend.reasons == ("gpu-request-shape",) and pend.usd_per_day == pytest.approx(16 * 24 * 4.0)
+
+
+@pytest.mark.parametrize("how", ["selector", "affinity"])
+def test_pinned_product_price_wins_for_whole_gpus(how: str) -> None:
+    d = decision({"nvidia.com/gpu": 8}, mutated_by=["job-ttl"], obj=job_on("NVIDIA-H100-80GB-HBM3", how))
+    assert cost.workload_cost(d, PRICES).usd_per_day == pytest.approx(8 * 24 * 9.0)
+    d = decision({"nvidia.com/gpu": 1}, mutated_by=["job-ttl"], obj=job_on("NVIDIA-L4"))
+    assert cost.workload_cost(d, PRICES).usd_per_day == pytest.approx(24 * 0.8)  # glob, case-insensitive
+    # A MIG slice of an H100 is priced as a slice, not as a whole H100.
+    d = decision({"nvidia.com/mig-1g.10gb": 2}, mutated_by=["job-ttl"], obj=job_on("NVIDIA-H100-80GB-HBM3"))
+    assert cost.workload_cost(d, PRICES).usd_per_day == pytest.approx(2 * 24 * 1.0)
+
+
+def test_unpriced_resources_are_listed_not_guessed() -> None:
+    c = cost.workload_cost(decision({"example.com/fpga": 2, "nvidia.com/gpu": 1}, mutated_by=["job-ttl"]), PRICES)
+    assert c.unpriced == {"example.com/fpga": 2}
+    assert c.usd_per_day == pytest.approx(24 * 4.0) and c.gpus == 3
+    summary = cost.summarize([c, c])
+    assert summary["unpricedGpus"] == {"example.com/fpga": 4}
+    assert summary["workloads"] == 2 and summary["usdPerDay"] == pytest.approx(2 * 24 * 4.0)
+    assert summary["byReason"]["job-ttl"]["workloads"] == 2
+    assert summary["estimate"] is True and "24 hours a day" in summary["method"]
+
+
+def test_prices_come_from_the_config_cost_section() -> None:
+    config = load_config(None)
+    prices = cost.Prices.from_config(config)
+    assert prices.gpu_hourly_usd == config.cost.gpu_hourly_usd
+    assert prices.product_hourly_usd == config.cost.product_hourly_usd
+    assert cost.Prices.from_config(object()).gpu_hourly_usd == cost.DEFAULT_GPU_HOURLY_USD
+
+
+def test_without_gpus_by_resource_all_gpus_are_nvidia() -> None:
+    class Old:
+        gpus = 3
+
+    assert cost.gpus_by_resource(Old()) == {"nvidia.com/gpu": 3}  # type: ignore[arg-type]

@@ -1,0 +1,360 @@
+"""Manifests in, Kubernetes objects out: files, folders and stdin, each object with its file and line.
+
+Real inputs are messy: ``helm template`` output with empty documents and ``# Source`` comments,
+``kubectl get -o yaml`` Lists, a JSON file, a broken document in the middle of a stream, a
+``values.yaml`` lying next to the manifests.  An audit that stops at the first bad document
+tells a team nothing about the rest, so every problem becomes an ``InputError`` on its own
+``Document`` and loading goes on.  Every object keeps the line it starts at (from the YAML
+node's ``start_mark``) so that SARIF and the table can point at it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from typing import IO, Any
+
+import orjson
+import yaml
+
+STDIN = "-"
+STDIN_NAME = "<stdin>"
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+# Kinds of input error, as they appear in the JSON output (``errorType``).
+UNREADABLE = "unreadable"
+INVALID_YAML = "invalid-yaml"
+INVALID_JSON = "invalid-json"
+NOT_KUBERNETES = "not-kubernetes"
+
+_DOC_START = re.compile(r"^---(?:[ \t]|$)")
+
+
+@dataclass(frozen=True)
+class InputError:
+    """Why a document could not be audited; ``kind`` is one of the constants above."""
+
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Document:
+    """One object (or one unusable document) and where it came from.
+
+    ``index`` is the 0-based position among the non-empty documents of ``source``; ``item``
+    is the position inside a ``kind: List`` (or a JSON array), ``None`` otherwise.  ``line``
+    and ``column`` are 1-based and point at the object's first key, or at the error.
+    """
+
+    source: str
+    index: int
+    line: int | None = None
+    column: int | None = None
+    obj: dict[str, Any] | None = None
+    item: int | None = None
+    error: InputError | None = None
+    # dotted field path (as in Violation.path) -> 1-based line, for pointing at a finding's field
+    lines: dict[str, int] | None = field(default=None, repr=False, compare=False)
+
+    def line_of(self, path: str | None) -> int | None:
+        """Line of the longest prefix of ``path`` present in the source, else the object's line."""
+        if path and self.lines:
+            probe = path
+            while probe:
+                if probe in self.lines:
+                    return self.lines[probe]
+                cut = max(probe.rfind("."), probe.rfind("["))
+                probe = probe[:cut] if cut > 0 else ""
+        return self.line
+
+    @property
+    def location(self) -> str:
+        """``file:line`` for humans (``file`` alone when the line is unknown)."""
+        return f"{self.source}:{self.line}" if self.line else self.source
+
+
+def _loader_base() -> type:
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_loader_base()):  # type: ignore[misc]
+    """Safe loader that keeps timestamps as strings, as kubectl (sigs.k8s.io/yaml) does.
+
+    PyYAML would turn an unquoted ``2024-05-01`` into a ``datetime``; an annotation value that
+    changed type would show up as a bogus diff and break the JSON output.
+    """
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def iter_paths(paths: Iterable[str], exclude: Iterable[str] = ()) -> Iterator[str]:
+    """Expand folders recursively (sorted, hidden entries skipped) into manifest files.
+
+    Files named explicitly are always read whatever their suffix; inside folders only
+    ``.yaml``, ``.yml`` and ``.json`` are, so READMEs and scripts next to manifests are ignored.
+    ``exclude`` holds shell globs matched against the path and the base name.
+    """
+    patterns = tuple(exclude)
+
+    def excluded(path: str) -> bool:
+        return any(fnmatch(path, p) or fnmatch(os.path.basename(path), p) for p in patterns)
+
+    for path in paths:
+        if path == STDIN or not os.path.isdir(path):
+            if path == STDIN or not excluded(path):
+                yield path
+            continue
+        for root, dirs, files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not excluded(os.path.join(root, d)))
+            for name in sorted(files):
+                full = os.path.join(root, name)
+                wanted = name.lower().endswith(MANIFEST_SUFFIXES) and not name.startswith(".")
+                if wanted and not excluded(full):
+                    yield full
+
+
+def load(paths: Iterable[str], *, stdin: IO[bytes] | IO[str] | None = None,
+         exclude: Iterable[str] = ()) -> Iterator[Document]:
+    """Every document of every input, in order; unreadable inputs become error documents."""
+    for path in iter_paths(paths, exclude):
+        if path == STDIN:
+            stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", sys.stdin)
+            raw: bytes | str = stream.read()
+            source = STDIN_NAME
+        else:
+            source = path
+            try:
+                with open(path, "rb") as handle:
+                    raw = handle.read()
+            except OSError as exc:
+                yield Document(source, 0, error=InputError(UNREADABLE, exc.strerror or str(exc)))
+                continue
+        try:
+            text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as exc:
+            yield Document(source, 0, error=InputError(UNREADABLE, f"not UTF-8 text ({exc.reason})"))
+            continue
+        yield from parse_text(text, source)
+
+
+def parse_text(text: str, source: str) -> Iterator[Document]:
+    """Documents of one YAML or JSON stream.
+
+    JSON (a ``.json`` file, or text that starts like JSON and parses as it) is read by JSON
+    rules.  Otherwise the whole stream is parsed first, which is exact YAML.  Only if that fails is it cut at
+    ``---`` lines and each piece parsed alone, so one broken document costs only itself.
+    (A ``---`` at column 0 cannot occur inside a valid document's content, so the cut is safe.)
+    """
+    json_file = source.lower().endswith(".json")
+    if json_file or text.lstrip().startswith(("{", "[")):
+        # JSON rules decide for JSON: PyYAML (YAML 1.1) reads `"x": }` as null and refuses "\/".
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            if json_file:
+                yield Document(source, 0, exc.lineno, exc.colno,
+                               error=InputError(INVALID_JSON, f"invalid JSON: {exc.msg}"))
+                return
+        else:
+            yield from _documents(_json_positions(text, value), source)
+            return
+    try:
+        parsed = list(_compose(text, 0))
+    except yaml.YAMLError:
+        parsed = None
+    if parsed is not None:
+        yield from _documents(parsed, source)
+        return
+    index = 0
+    for chunk, first_line in _split_documents(text):
+        try:
+            pieces = list(_compose(chunk, first_line - 1))
+        except yaml.YAMLError as exc:
+            line, column = _error_position(exc, first_line)
+            yield Document(source, index, line, column, error=InputError(INVALID_YAML, _yaml_message(exc)))
+            index += 1
+            continue
+        for doc in _documents(pieces, source, start_index=index):
+            index = doc.index + 1
+            yield doc
+
+
+def _json_positions(text: str, value: Any) -> list[tuple[Any, yaml.Node | None, int, int]]:
+    """The JSON value with YAML nodes for line numbers when YAML reads the text the same way."""
+    try:
+        parsed = list(_compose(text, 0))
+    except yaml.YAMLError:
+        parsed = []
+    if len(parsed) == 1 and parsed[0][0] == value:
+        return parsed
+    return [(value, None, 1, 1)]
+
+
+def _compose(text: str, line_offset: int) -> Iterator[tuple[Any, yaml.Node | None, int, int]]:
+    """(value, node, line, column) per document, via the composed node tree for positions."""
+    loader = _Loader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            value = loader.construct_document(node)
+            yield value, node, node.start_mark.line + 1 + line_offset, node.start_mark.column + 1
+    finally:
+        loader.dispose()
+
+
+def _split_documents(text: str) -> Iterator[tuple[str, int]]:
+    """Pieces of ``text`` cut before each ``---`` line, with the 1-based line each starts at."""
+    lines = text.splitlines(keepends=True)
+    start = 0
+    for i, line in enumerate(lines):
+        if i > start and _DOC_START.match(line):
+            yield "".join(lines[start:i]), start + 1
+            start = i
+    if start < len(lines):
+        yield "".join(lines[start:]), start + 1
+
+
+def _error_position(exc: yaml.YAMLError, first_line: int) -> tuple[int, int | None]:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is None:
+        return first_line, None
+    return first_line + mark.line, mark.column + 1
+
+
+def _yaml_message(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message as one line: the problem, then its context."""
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    if problem:
+        return f"invalid YAML: {problem}" + (f" ({context})" if context else "")
+    return "invalid YAML: " + " ".join(str(exc).split())
+
+
+def _documents(parsed: Iterable[tuple[Any, yaml.Node | None, int, int]], source: str,
+               start_index: int = 0) -> Iterator[Document]:
+    index = start_index
+    for value, node, line, column in parsed:
+        if value is None:  # empty document, e.g. helm's "---" between templates
+            continue
+        yield from _objects(value, node, source, index, line, column)
+        index += 1
+
+
+def _item_positions(node: yaml.Node | None, key: str | None) -> list[tuple[int | None, int | None]]:
+    """Start positions of the items of a List's ``items`` sequence (or of a top-level sequence)."""
+    seq: yaml.Node | None = node
+    if key is not None and isinstance(node, yaml.MappingNode):
+        seq = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+    if not isinstance(seq, yaml.SequenceNode):
+        return []
+    return [(item.start_mark.line + 1, item.start_mark.column + 1) for item in seq.value]
+
+
+def is_list(value: Any) -> bool:
+    """``kind: List`` and typed lists (``JobList`` from the API) with an ``items`` array."""
+    return (isinstance(value, dict) and isinstance(value.get("kind"), str) and value["kind"].endswith("List")
+            and isinstance(value.get("items"), list))
+
+
+def _objects(value: Any, node: yaml.Node | None, source: str, index: int, line: int,
+             column: int) -> Iterator[Document]:
+    offset = line - (node.start_mark.line + 1) if node is not None else 0
+    if is_list(value) or isinstance(value, list):
+        items = value["items"] if isinstance(value, dict) else value
+        positions = _item_positions(node, "items" if isinstance(value, dict) else None)
+        for i, item in enumerate(items):
+            item_line, item_col = positions[i] if i < len(positions) else (None, None)
+            if item_line is not None:
+                item_line += offset
+            if isinstance(value, dict) and isinstance(item, dict):
+                _fill_typed_list_item(value, item)
+            item_node = _item_node(node, "items" if isinstance(value, dict) else None, i)
+            yield _checked(Document(source, index, item_line or line, item_col or column, item, item=i,
+                                    lines=_path_lines(item_node, offset)))
+        return
+    yield _checked(Document(source, index, line, column, value if isinstance(value, dict) else None,
+                            lines=_path_lines(node, offset)), value)
+
+
+def _item_node(node: yaml.Node | None, key: str | None, i: int) -> yaml.Node | None:
+    seq: yaml.Node | None = node
+    if key is not None and isinstance(node, yaml.MappingNode):
+        seq = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+    if isinstance(seq, yaml.SequenceNode) and i < len(seq.value):
+        return seq.value[i]
+    return None
+
+
+def _path_lines(node: yaml.Node | None, offset: int) -> dict[str, int] | None:
+    """Dotted path -> line for every key and list item under ``node`` (``workload.dotted`` form)."""
+    if node is None:
+        return None
+    out: dict[str, int] = {}
+    stack: list[tuple[yaml.Node, str]] = [(node, "")]
+    while stack:
+        current, prefix = stack.pop()
+        if isinstance(current, yaml.MappingNode):
+            for key, value in current.value:
+                if not isinstance(key, yaml.ScalarNode):
+                    continue
+                path = f"{prefix}.{key.value}" if prefix else str(key.value)
+                out.setdefault(path, key.start_mark.line + 1 + offset)
+                stack.append((value, path))
+        elif isinstance(current, yaml.SequenceNode):
+            for i, value in enumerate(current.value):
+                path = f"{prefix}[{i}]"
+                out.setdefault(path, value.start_mark.line + 1 + offset)
+                stack.append((value, path))
+    return out
+
+
+def _fill_typed_list_item(lst: dict, item: dict) -> None:
+    """Items of a typed list (``JobList``) omit apiVersion/kind: they are the list's."""
+    if lst["kind"] != "List":
+        item.setdefault("apiVersion", lst.get("apiVersion"))
+        item.setdefault("kind", lst["kind"][: -len("List")])
+
+
+def _checked(doc: Document, raw: Any = None) -> Document:
+    """``doc`` unchanged if it holds a Kubernetes object, else the same place with an error."""
+    value = doc.obj if doc.obj is not None else raw
+    problem = kubernetes_problem(value)
+    if problem is None:
+        return doc
+    return Document(doc.source, doc.index, doc.line, doc.column, item=doc.item,
+                    error=InputError(NOT_KUBERNETES, problem))
+
+
+def kubernetes_problem(value: Any) -> str | None:
+    """Why ``value`` is not a Kubernetes object, or ``None`` if it is one."""
+    if not isinstance(value, dict):
+        return f"not a Kubernetes object: the document is a {_type_name(value)}, not a mapping"
+    missing = [key for key in ("apiVersion", "kind") if not isinstance(value.get(key), str) or not value[key]]
+    if missing:
+        return f"not a Kubernetes object: no {' or '.join(missing)}"
+    if value.get("metadata") is not None and not isinstance(value["metadata"], dict):
+        return "not a Kubernetes object: metadata is not a mapping"
+    return None
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, list):
+        return "list"
+    return type(value).__name__
