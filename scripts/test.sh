@@ -22,7 +22,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 fi
 
 # kube-apiserver, kube-controller-manager and etcd for the e2e suite (a no-op once cached).
-if command -v go >/dev/null; then
+if command -v go >/dev/null || [ -x /usr/local/go/bin/go ]; then
   bash tests/e2e/cluster/build.sh
 else
   echo "test.sh: Go is missing: the e2e tests will skip (and fail under CI=true)"
