@@ -200,6 +200,29 @@ def test_pytorchjob_needs_gang_scheduler_and_every_replica_is_mutated(cluster):
         assert spec["schedulerName"] == "volcano"
 
 
+# 6b --------------------------------------------------------------------------------------
+def test_jobset_with_kueue_queue_is_admitted_and_every_replicated_job_mutated(cluster):
+    cp, _ = cluster
+    ns = new_namespace(cp)
+    pod_spec = {"restartPolicy": "Never", "containers": [{
+        "name": "trainer", "image": "ghcr.io/example/jax:1", "env": [{"name": "CHECKPOINT_URI", "value": "gs://b/c"}],
+        "resources": {"limits": {"nvidia.com/gpu": 8}}}]}
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+              "metadata": {"name": "llm", "namespace": ns},
+              "spec": {"replicatedJobs": [
+                  {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 2, "completions": 2,
+                                                                           "template": {"spec": pod_spec}}}}]}}
+    rejected = cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(jobset), check=False)
+    assert rejected.returncode != 0 and "[gang-scheduling] spec: distributed GPU job with 4 pods" in rejected.stderr
+    jobset["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "gpu-queue"}
+    cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(jobset))
+    stored = get(cp, "jobset", "llm", "-n", ns)
+    assert stored["spec"]["ttlSecondsAfterFinished"] == 86400
+    spec = stored["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert spec["containers"][0]["resources"]["requests"]["cpu"] == "64"
+    assert spec["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}]
+
+
 # 7 ---------------------------------------------------------------------------------------
 def test_exempt_namespace_passes_untouched_but_user_annotation_does_not_exempt(cluster):
     cp, _ = cluster
