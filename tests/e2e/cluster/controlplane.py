@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import datetime as dt
 import fcntl
-import ipaddress
 import json
 import os
 import secrets
@@ -43,10 +41,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, TypeVar
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from certs import create_ca, issue_serving_cert
 
 T = TypeVar("T")
 
@@ -288,59 +286,11 @@ def _make_pki(d: Path) -> dict[str, Path]:
     because every Kubernetes version accepts RS256 tokens.
     """
     d.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpuguard-e2e-ca")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=7))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    srv_key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),  # the `kubernetes` service IP
-        x509.DNSName("localhost"),
-        x509.DNSName("kubernetes"),
-        x509.DNSName("kubernetes.default"),
-        x509.DNSName("kubernetes.default.svc"),
-        x509.DNSName("kubernetes.default.svc.cluster.local"),
-    ]
-    srv_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(srv_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=7))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_cert, ca_key = create_ca("gpuguard-e2e-ca", days=7)
+    dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+           "kubernetes.default.svc.cluster.local"]
+    # 10.0.0.1 is the `kubernetes` service IP of the service CIDR the apiserver is given.
+    srv_cert, srv_key = issue_serving_cert(ca_cert, ca_key, dns, ips=["127.0.0.1", "10.0.0.1"], days=7)
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     paths = {
         "ca_cert": d / "ca.crt",
