@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 from webhook import quantity
@@ -141,14 +142,17 @@ class PodTemplate:
     def where(self) -> str:
         return dotted(self.ref.spec_path)
 
-    @property
+    @cached_property
     def gpus_per_pod(self) -> int:
-        """A pod's effective GPU request: max(sum of app containers, largest init container)."""
+        """A pod's effective GPU request: max(sum of app containers, largest init container).
+
+        Cached: policies never change GPU counts, and every policy asks.
+        """
         app = sum(c.gpu_count for c in self.containers if not c.is_init)
         init = max((c.gpu_count for c in self.containers if c.is_init), default=0)
         return max(app, init)
 
-    @property
+    @cached_property
     def gpu_containers(self) -> list[Container]:
         return [c for c in self.containers if c.gpus]
 
