@@ -30,3 +30,26 @@ def test_kustomizations_pass_client_side_dry_run(control_plane):
     result = control_plane.kubectl("apply", "--dry-run=client", "-k", str(ROOT / "deploy/base"), check=False)
     assert result.returncode == 0, result.stderr
     assert "service/gpuguard created (dry run)" in result.stdout
+
+
+def test_certs_inject_patches_ca_bundle_through_the_real_api(control_plane, tmp_path):
+    import base64
+
+    from tests.e2e.gpuguard_process import gpuguard
+
+    name = "gpuguard-inject-e2e"
+    rendered = gpuguard("webhook-config", "--service", "gpuguard/gpuguard", "--name", name,
+                        "--failure-policy", "Ignore").stdout
+    control_plane.kubectl("apply", "-f", "-", input=rendered)
+    certs = tmp_path / "certs"
+    gpuguard("certs", "create", "--service", "gpuguard", "--namespace", "gpuguard", "--out", str(certs))
+    missing = gpuguard("certs", "inject", "--ca", str(certs / "ca.crt"), "--kubeconfig",
+                       str(control_plane.kubeconfig), "--name", "does-not-exist", check=False)
+    assert missing.returncode == 1 and "gpuguard: error:" in missing.stderr and "Traceback" not in missing.stderr
+    gpuguard("certs", "inject", "--ca", str(certs / "ca.crt"), "--kubeconfig", str(control_plane.kubeconfig),
+             "--name", name)
+    expected = base64.b64encode((certs / "ca.crt").read_bytes()).decode()
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        stored = control_plane.kubectl_json("get", kind, name)
+        assert [w["clientConfig"]["caBundle"] for w in stored["webhooks"]] == [expected] * len(stored["webhooks"])
+    control_plane.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", name)
