@@ -2,7 +2,9 @@
 
 A policy is data plus one function: its stable id (shown to users), a title, whether it
 mutates or validates, its settings model, its default action, and ``run``.  A mutating
-``run(view, settings)`` edits the working copy through the view; a validating
+``run(view, settings)`` edits the working copy through the view and returns whether it
+changed anything (which names it in the ``gpuguard.io/mutated-by`` annotation; cheaper than
+comparing snapshots of the object); a validating
 ``run(view, settings)`` yields ``Finding``s.  Neither ever sees an AdmissionReview or
 builds a patch: that keeps policies testable alone and the webhook and audit identical.
 """
@@ -74,5 +76,5 @@ class Policy:
         return "mutating" if self.mutating else "validating"
 
 
-MutateFn = Callable[[Any, Any], None]
+MutateFn = Callable[[Any, Any], bool]
 ValidateFn = Callable[[Any, Any], Iterable[Finding]]

@@ -53,36 +53,41 @@ def _scaled(text: str, factor: int | float | Decimal) -> Decimal:
     return (value or Decimal(0)) * Decimal(str(factor))
 
 
-def _fill(container: Container, name: str, request: Decimal, limit_factor: float | None, fmt) -> None:
+def _fill(container: Container, name: str, request: Decimal, limit_factor: float | None, fmt) -> bool:
     """Set ``name``'s request and limit where missing, never below what the user set."""
     resources = container.resources(create=True)
     if resources is None:
-        return
+        return False
     requests, limits = resources.get("requests"), resources.get("limits")
     if not isinstance(requests, dict | None) or not isinstance(limits, dict | None):
-        return  # malformed: leave it to the apiserver's validation
+        return False  # malformed: leave it to the apiserver's validation
     user_request = quantity.parse((requests or {}).get(name))
     user_limit = quantity.parse((limits or {}).get(name))
+    changed = False
     if user_request is None and user_limit is None:
         child_dict(resources, "requests")[name] = fmt(request)
-        user_request = request
+        user_request, changed = request, True
     if limit_factor is not None and user_limit is None and user_request is not None:
         child_dict(resources, "limits")[name] = fmt(user_request * Decimal(str(limit_factor)))
+        changed = True
+    return changed
 
 
-def mutate(view: WorkloadView, settings: Settings) -> None:
+def mutate(view: WorkloadView, settings: Settings) -> bool:
     if not (view.is_gpu or settings.apply_to_non_gpu_pods):
-        return
+        return False
+    changed = False
     memory_factor = settings.memory_limit_factor.get(view.workload_class, 1.0)
     for template in view.templates:
         for container in template.containers:
             gpus = container.gpu_count
             size, scale = (settings.per_gpu, gpus) if gpus else (settings.non_gpu, 1)
-            _fill(container, "cpu", _scaled(size.cpu, scale), 1.0 if settings.set_cpu_limit else None,
+            changed |= _fill(container, "cpu", _scaled(size.cpu, scale), 1.0 if settings.set_cpu_limit else None,
                   quantity.format_cpu)
-            _fill(container, "memory", _scaled(size.memory, scale), memory_factor, quantity.format_bytes)
-            _fill(container, "ephemeral-storage", _scaled(size.ephemeral_storage, scale),
+            changed |= _fill(container, "memory", _scaled(size.memory, scale), memory_factor, quantity.format_bytes)
+            changed |= _fill(container, "ephemeral-storage", _scaled(size.ephemeral_storage, scale),
                   settings.ephemeral_storage_limit_factor, quantity.format_bytes)
+    return changed
 
 
 POLICY = Policy(

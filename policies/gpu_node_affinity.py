@@ -29,48 +29,54 @@ class Settings(PolicySettings):
                                         "GPU label, so they leave GPU nodes to GPU work.")
 
 
-def _add_to_every_term(template: PodTemplate, expression: dict) -> None:
+def _add_to_every_term(template: PodTemplate, expression: dict) -> bool:
     node_selector = template.spec.get("nodeSelector")
     if isinstance(node_selector, dict) and expression["key"] in node_selector:
-        return  # the user's nodeSelector already decides this label
+        return False  # the user's nodeSelector already decides this label
     affinity = child_dict(template.spec, "affinity")
     node_affinity = child_dict(affinity, "nodeAffinity")
     required = child_dict(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
     terms = child_list(required, "nodeSelectorTerms")
     if terms is None:
-        return
+        return False
     if not terms:
         terms.append({})
+    changed = False
     for _, term in dicts(terms):
         exprs = child_list(term, "matchExpressions")
         if exprs is not None and not any(e.get("key") == expression["key"] for _, e in dicts(exprs)):
             exprs.append(dict(expression, values=list(expression["values"])))
+            changed = True
+    return changed
 
 
-def _prefer(template: PodTemplate, settings: Settings) -> None:
+def _prefer(template: PodTemplate, settings: Settings) -> bool:
     affinity = child_dict(template.spec, "affinity")
     node_affinity = child_dict(affinity, "nodeAffinity")
     preferred = child_list(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution")
     if preferred is None:
-        return
+        return False
     for _, entry in dicts(preferred):
         pref = entry.get("preference")
         exprs = pref.get("matchExpressions") if isinstance(pref, dict) else None
         if any(e.get("key") == settings.product_label for _, e in dicts(exprs)):
-            return
+            return False
     preferred.append({"weight": settings.preferred_weight, "preference": {"matchExpressions": [
         {"key": settings.product_label, "operator": "In", "values": list(settings.preferred_products)}]}})
+    return True
 
 
-def mutate(view: WorkloadView, settings: Settings) -> None:
+def mutate(view: WorkloadView, settings: Settings) -> bool:
     label = settings.gpu_node_label
+    changed = False
     for template in view.templates:
         if template.gpus_per_pod:
-            _add_to_every_term(template, {"key": label.key, "operator": "In", "values": label.values})
+            changed |= _add_to_every_term(template, {"key": label.key, "operator": "In", "values": label.values})
             if settings.preferred_products:
-                _prefer(template, settings)
+                changed |= _prefer(template, settings)
         elif settings.keep_non_gpu_pods_off:
-            _add_to_every_term(template, {"key": label.key, "operator": "NotIn", "values": label.values})
+            changed |= _add_to_every_term(template, {"key": label.key, "operator": "NotIn", "values": label.values})
+    return changed
 
 
 POLICY = Policy(

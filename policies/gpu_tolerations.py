@@ -51,7 +51,8 @@ def covers(existing: dict, wanted: dict) -> bool:
     return wanted.get("operator") == "Equal" and existing.get("value", "") == wanted.get("value", "")
 
 
-def mutate(view: WorkloadView, settings: Settings) -> None:
+def mutate(view: WorkloadView, settings: Settings) -> bool:
+    changed = False
     for template in view.gpu_templates:
         resources = {r for c in template.containers for r in c.gpus}
         wanted = [
@@ -68,6 +69,8 @@ def mutate(view: WorkloadView, settings: Settings) -> None:
         for tol in wanted:
             if not any(covers(existing, tol) for _, existing in dicts(tolerations)):
                 tolerations.append(tol)
+                changed = True
+    return changed
 
 
 POLICY = Policy(

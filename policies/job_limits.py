@@ -25,18 +25,20 @@ class Settings(PolicySettings):
                                description="Workload classes it applies to.")
 
 
-def mutate(view: WorkloadView, settings: Settings) -> None:
+def mutate(view: WorkloadView, settings: Settings) -> bool:
     fields = view.kind.job
     if fields is None or not view.is_gpu or view.workload_class not in settings.classes:
-        return
+        return False
     if view.owned_by_controller:
-        return
+        return False
+    changed = False
     if fields.backoff:
-        set_int_field(view.obj, fields.backoff, settings.backoff_limit, settings.max_backoff_limit,
+        changed |= set_int_field(view.obj, fields.backoff, settings.backoff_limit, settings.max_backoff_limit,
                       fields.backoff_api_default)
     if fields.deadline:
-        set_int_field(view.obj, fields.deadline, settings.active_deadline_seconds,
+        changed |= set_int_field(view.obj, fields.deadline, settings.active_deadline_seconds,
                       settings.max_active_deadline_seconds)
+    return changed
 
 
 POLICY = Policy(

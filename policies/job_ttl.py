@@ -22,31 +22,39 @@ class Settings(PolicySettings):
     gpu_only: bool = Field(True, description="Only set it on workloads that request GPUs.")
 
 
-def set_int_field(obj: dict, path: tuple, default: int, maximum: int | None, api_default: int | None = None) -> None:
+def set_int_field(obj: dict, path: tuple, default: int, maximum: int | None, api_default: int | None = None) -> bool:
     """Set an integer field at ``path`` when absent, cap it at ``maximum`` when above.
 
     Shared by the job policies: each owns one field, and leaves a wrong-typed value alone.
     ``api_default`` is the value the apiserver fills in before webhooks run; it counts as absent.
+    Returns whether it changed anything.
     """
     parent = obj
     for step in path[:-1]:
         parent = child_dict(parent, step)
         if parent is None:
-            return
+            return False
     current = parent.get(path[-1])
     if current is None or (api_default is not None and current == api_default and not isinstance(current, bool)):
-        parent[path[-1]] = default if maximum is None else min(default, maximum)
+        value = default if maximum is None else min(default, maximum)
+        if current == value:
+            return False
+        parent[path[-1]] = value
+        return True
     elif isinstance(current, int) and not isinstance(current, bool) and maximum is not None and current > maximum:
         parent[path[-1]] = maximum
+        return True
+    return False
 
 
-def mutate(view: WorkloadView, settings: Settings) -> None:
+def mutate(view: WorkloadView, settings: Settings) -> bool:
     fields = view.kind.job
     if fields is None or fields.ttl is None or (settings.gpu_only and not view.is_gpu):
-        return
+        return False
     if fields.ttl_requires_true and get_path(view.obj, fields.ttl_requires_true) is not True:
-        return
-    set_int_field(view.obj, fields.ttl, settings.ttl_seconds_after_finished, settings.max_ttl_seconds_after_finished)
+        return False
+    return set_int_field(view.obj, fields.ttl, settings.ttl_seconds_after_finished,
+                         settings.max_ttl_seconds_after_finished)
 
 
 POLICY = Policy(

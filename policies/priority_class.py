@@ -24,19 +24,22 @@ class Settings(PolicySettings):
     gpu_only: bool = Field(True, description="Only set it on workloads that request GPUs.")
 
 
-def mutate(view: WorkloadView, settings: Settings) -> None:
+def mutate(view: WorkloadView, settings: Settings) -> bool:
     if settings.gpu_only and not view.is_gpu:
-        return
+        return False
     name = settings.classes.get(view.workload_class)
     if not name:
-        return
+        return False
+    changed = False
     for template in view.templates:
         if template.spec.get("priorityClassName"):
             continue
         template.spec["priorityClassName"] = name
+        changed = True
         if view.kind.kind == "Pod":
             template.spec.pop("priority", None)
             template.spec.pop("preemptionPolicy", None)
+    return changed
 
 
 POLICY = Policy(

@@ -43,7 +43,8 @@ def _size_limit(template: PodTemplate, settings: Settings) -> str:
     return settings.size_limit
 
 
-def mutate(view: WorkloadView, settings: Settings) -> None:
+def mutate(view: WorkloadView, settings: Settings) -> bool:
+    changed = False
     for template in view.gpu_templates:
         needing = [
             c for c in template.gpu_containers
@@ -56,12 +57,15 @@ def mutate(view: WorkloadView, settings: Settings) -> None:
         if name is None or volumes is None:
             continue
         if name not in template.volumes():
+            changed = True
             volumes.append({"name": name, "emptyDir": {"medium": "Memory",
                                                        "sizeLimit": _size_limit(template, settings)}})
         for container in needing:
             mounts = child_list(container.body, "volumeMounts")
             if mounts is not None:
                 mounts.append({"name": name, "mountPath": settings.mount_path})
+                changed = True
+    return changed
 
 
 POLICY = Policy(

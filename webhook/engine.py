@@ -133,9 +133,7 @@ class Engine:
         if ctx.mutate and ctx.operation == "CREATE":
             for policy, settings in policy_set.mutating:
                 if settings.action == "enforce":
-                    before = orjson.dumps(work)
-                    policy.run(view, settings)
-                    if orjson.dumps(work) != before:
+                    if policy.run(view, settings):
                         decision.mutated_by.append(policy.id)
                 else:
                     decision.violations.extend(self._would_mutate(policy, settings, kind, raw, ctx, owner))

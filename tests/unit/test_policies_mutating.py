@@ -313,3 +313,18 @@ def test_full_default_set_is_idempotent_with_user_content():
     obj["spec"]["runPolicy"]["schedulingPolicy"] = {"minAvailable": 3}
     first = evaluate_twice(Engine(parse_config_text(BASE)), copy.deepcopy(obj))
     assert first.allowed, [v.text for v in first.violations]
+
+
+MUTATING = [p.id for p in __import__("policies").REGISTRY.values() if p.mutating]
+
+
+@pytest.mark.parametrize("policy_id", MUTATING)
+@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("spec_factory", [pvc_pod_spec, lambda: {"containers": [cpu_container()]}])
+def test_policy_reports_a_change_exactly_when_it_makes_one(policy_id, kind, spec_factory):
+    """``run`` returns whether it changed the object: that names it in the mutated-by annotation."""
+    engine = only(policy_id, "keepNonGpuPodsOff: true" if policy_id == "gpu-node-affinity" else "")
+    first = engine.evaluate(make(kind, spec_factory(), replicas=2))
+    assert (first.mutated_by == [policy_id]) == bool(first.patch)
+    second = engine.evaluate(first.mutated)
+    assert second.mutated_by == [] and second.patch == []
