@@ -78,8 +78,14 @@ class Engine:
         return kind.default_class
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, obj: Any, ctx: RequestContext | None = None) -> Decision:
-        """The decision for one object.  Never raises for bad input."""
+    def evaluate(self, obj: Any, ctx: RequestContext | None = None, *, plain_json: bool = False) -> Decision:
+        """The decision for one object.  Never raises for bad input.
+
+        ``plain_json``: the caller vouches that ``obj`` came straight from a JSON parser (the
+        webhook's request body) and will not be modified, so it serves as the "before" side of
+        the diff as it is and only the working copy is made: on a 60 KB pod that halves the
+        copying.  Objects from YAML (dates, non-string keys) must leave it False.
+        """
         ctx = ctx or RequestContext()
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         meta = meta if isinstance(meta, dict) else {}
@@ -105,7 +111,7 @@ class Engine:
             return decision
         try:
             raw = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
-            return self._evaluate(decision, kind, raw, ctx)
+            return self._evaluate(decision, kind, raw, ctx, obj if plain_json else None)
         except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
             return self._fail(decision, f"the object could not be read: {exc}")
         except Exception as exc:  # a policy bug must not take the webhook down; failureMode decides
@@ -119,8 +125,9 @@ class Engine:
         decision.allowed = self.config.failure_mode == "open"
         return decision
 
-    def _evaluate(self, decision: Decision, kind: kinds.KindSpec, raw: bytes, ctx: RequestContext) -> Decision:
-        original, work = _copy(raw), _copy(raw)
+    def _evaluate(self, decision: Decision, kind: kinds.KindSpec, raw: bytes, ctx: RequestContext,
+                  original: dict | None) -> Decision:
+        original, work = original if original is not None else _copy(raw), _copy(raw)
         decision.original = original
         owner = _controller_owner(work)
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)

@@ -213,3 +213,15 @@ def test_pod_created_from_mutated_job_template_gets_no_second_mutation():
                                              "controller": True}]},
            "spec": copy.deepcopy(template["spec"])}
     assert ENGINE.evaluate(pod).patch == []
+
+
+def test_plain_json_mode_gives_the_same_decision_without_touching_input():
+    import orjson
+
+    obj = orjson.loads(orjson.dumps(make("PyTorchJob", bare_pod_spec(), replicas=3)))
+    before = copy.deepcopy(obj)
+    fast = ENGINE.evaluate(obj, plain_json=True)
+    slow = ENGINE.evaluate(obj)
+    assert obj == before
+    assert fast.patch == slow.patch and fast.mutated == slow.mutated and fast.violations == slow.violations
+    assert_patch_yields_mutated(fast)
