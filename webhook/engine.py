@@ -109,9 +109,14 @@ class Engine:
         if exempt:
             decision.skipped = exempt
             return decision
+        mutating = ctx.mutate and ctx.operation == "CREATE"
         try:
+            if plain_json and not mutating:
+                # Validation only reads: the caller's plain-JSON object is both sides, no copy at all.
+                return self._evaluate(decision, kind, None, ctx, obj, obj, mutating)
             raw = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
-            return self._evaluate(decision, kind, raw, ctx, obj if plain_json else None)
+            original = obj if plain_json else _copy(raw)
+            return self._evaluate(decision, kind, raw, ctx, original, _copy(raw), mutating)
         except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
             return self._fail(decision, f"the object could not be read: {exc}")
         except Exception as exc:  # a policy bug must not take the webhook down; failureMode decides
@@ -125,9 +130,9 @@ class Engine:
         decision.allowed = self.config.failure_mode == "open"
         return decision
 
-    def _evaluate(self, decision: Decision, kind: kinds.KindSpec, raw: bytes, ctx: RequestContext,
-                  original: dict | None) -> Decision:
-        original, work = original if original is not None else _copy(raw), _copy(raw)
+    def _evaluate(self, decision: Decision, kind: kinds.KindSpec, raw: bytes | None, ctx: RequestContext,
+                  original: dict, work: dict, mutating: bool) -> Decision:
+        """``work`` is the object policies see (a copy whenever ``mutating``); ``raw`` its JSON bytes."""
         decision.original = original
         owner = _controller_owner(work)
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
@@ -137,7 +142,8 @@ class Engine:
         decision.gpus = view.total_gpus
         decision.gpus_by_resource = view.gpus_by_resource()
 
-        if ctx.mutate and ctx.operation == "CREATE":
+        if mutating:
+            assert raw is not None
             for policy, settings in policy_set.mutating:
                 if settings.action == "enforce":
                     if policy.run(view, settings):
@@ -154,7 +160,9 @@ class Engine:
             if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
                 decision.violations = self._new_in_update(decision.violations, kind, ctx)
 
-        decision.patch = make_patch(original, work)
+        # Policies report their changes (and warn-mode ones work on scratch copies), so an
+        # unchanged object needs no diff: the common case for controller-created pods.
+        decision.patch = make_patch(original, work) if decision.mutated_by else []
         decision.allowed = not decision.denials
         return decision
 

@@ -1,0 +1,51 @@
+"""Copy the tables of the last runs (``bench/results/*.json``) into ``bench/README.md``.
+
+Why: the README promises "the table of the last run"; pasting by hand drifts.  Each results
+file's ``tables`` text replaces the block between ``<!-- results:NAME -->`` and
+``<!-- /results:NAME -->`` (NAME = the results file's stem), together with the run's date,
+commit and machine.  ``python bench/report.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import orjson
+from _common import HERE, RESULTS_DIR, machine_line
+
+README = HERE / "README.md"
+
+
+def block(name: str) -> str | None:
+    """The README block for one results file, or None when that benchmark has not run yet."""
+    path = RESULTS_DIR / f"{name}.json"
+    if not path.exists():
+        return None
+    doc = orjson.loads(path.read_bytes())
+    code = doc.get("code", {})
+    dirty = " (with uncommitted engine changes)" if code.get("engine_dirty") else ""
+    meta = (f"_Last run {doc['when']} at commit `{code.get('commit', 'unknown')}`{dirty} on "
+            f"{machine_line(doc['machine'])}; raw numbers: `bench/results/{name}.json`._")
+    return f"{meta}\n\n```text\n{doc['tables'].strip()}\n```"
+
+
+def main() -> int:
+    """Rewrite every results block of the README in place."""
+    text = README.read_text()
+    names = re.findall(r"<!-- results:([\w-]+) -->", text)
+    for name in names:
+        body = block(name)
+        if body is None:
+            print(f"no bench/results/{name}.json; left as it was", file=sys.stderr)
+            continue
+        pattern = re.compile(rf"(<!-- results:{re.escape(name)} -->).*?(<!-- /results:{re.escape(name)} -->)",
+                             re.DOTALL)
+        text = pattern.sub(lambda m, b=body: f"{m.group(1)}\n{b}\n{m.group(2)}", text)
+    README.write_text(text)
+    print(f"updated {len(names)} block(s) in {README}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
