@@ -252,22 +252,23 @@ def _failure(runtime: Runtime, req: AdmissionRequest, reason: str) -> tuple[dict
     return admission.deny(req.uid, 500, "InternalError", message), Outcome("error", error=reason)
 
 
-def _judged(endpoint: str, req: AdmissionRequest) -> bool:
-    """Whether the engine looks at this request at all (the rest is allowed at once)."""
-    if req.sub_resource or req.operation not in ("CREATE", "UPDATE"):
-        return False
-    return not (endpoint == "mutate" and req.operation != "CREATE")
+def _skip_reason(endpoint: str, req: AdmissionRequest) -> str | None:
+    """Why the engine need not look at this request (it is allowed at once), or ``None``."""
+    if req.operation not in ("CREATE", "UPDATE"):
+        return f"operation {req.operation}"
+    if req.sub_resource:
+        return f"subresource {req.sub_resource}"
+    if endpoint == "mutate" and req.operation != "CREATE":
+        return "mutate runs on CREATE only"
+    return None
 
 
 def answer(runtime: Runtime, endpoint: str, req: AdmissionRequest,
            labels: dict[str, str] | None = None) -> tuple[dict[str, Any], Outcome]:
     """Decide one review: skip what gpuguard never judges, else ask the engine."""
-    if req.operation not in ("CREATE", "UPDATE"):
-        return admission.allow(req.uid), Outcome("allowed", skipped=f"operation {req.operation}")
-    if req.sub_resource:
-        return admission.allow(req.uid), Outcome("allowed", skipped=f"subresource {req.sub_resource}")
-    if endpoint == "mutate" and req.operation != "CREATE":
-        return admission.allow(req.uid), Outcome("allowed", skipped="mutate runs on CREATE only")
+    skip = _skip_reason(endpoint, req)
+    if skip:
+        return admission.allow(req.uid), Outcome("allowed", skipped=skip)
     try:
         # The object comes straight from orjson and is never modified: no defensive copy needed.
         ctx = _context(req, endpoint, labels or {})
@@ -307,7 +308,7 @@ async def handle_review(request: Request, endpoint: str) -> Response:
         logs.server_logger().warning("bad admission request", extra={
             "endpoint": endpoint, "status": exc.status, "reason": exc.reason})
         return _json(exc.status, {"error": exc.reason})
-    labels = await runtime.namespace_labels(req) if _judged(endpoint, req) else {}
+    labels = await runtime.namespace_labels(req) if _skip_reason(endpoint, req) is None else {}
     review, outcome = answer(runtime, endpoint, req, labels)
     body = orjson.dumps(review)
     elapsed = time.perf_counter() - started
