@@ -2,9 +2,10 @@
 
 A GPU job that crash-loops retries six times by default (each retry re-pulls a large
 image and reloads a model), and a job that hangs runs until someone notices.  A backoff
-limit and an ``activeDeadlineSeconds`` default (and maximum) bound both.  Pods created by a
-controller are skipped: their controller carries the deadline, and a pod-level deadline
-would change what the controller asked for.
+limit and an ``activeDeadlineSeconds`` default (and maximum) bound both.  Objects a trusted
+controller creates (the Pods of a Job) never reach a mutating policy: their parent carries the
+deadline (``webhook.controllers``).  On UPDATE the caps hold too: raising a deadline past the
+maximum is capped like on CREATE.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ class Settings(PolicySettings):
 def mutate(view: WorkloadView, settings: Settings) -> bool:
     fields = view.kind.job
     if fields is None or not view.is_gpu or view.workload_class not in settings.classes:
-        return False
-    if view.owned_by_controller:
         return False
     changed = False
     if fields.backoff:

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from policies import REGISTRY, Policy, PolicySettings
 from policies.base import ConfigModel
+from webhook.controllers import DEFAULT_TRUSTED_CONTROLLERS, TrustedControllers, parse_group_kind
 from webhook.workload import WORKLOAD_CLASSES
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "policies" / "default-config.yaml"
@@ -43,6 +44,30 @@ class Exemptions(ConfigModel):
     service_accounts: list[str] = Field(default_factory=list, description="namespace/name of requesting "
                                         "service accounts left untouched.")
     groups: list[str] = Field(default_factory=list, description="Requesting groups left untouched.")
+
+
+class ControllerEdge(ConfigModel):
+    owner: str = Field(description="GroupKind of the controlling owner, e.g. apps/ReplicaSet or Pod.")
+    kind: str = Field(description="GroupKind of the object the controller creates for it, e.g. Pod.")
+
+    @field_validator("owner", "kind")
+    @classmethod
+    def _group_kind(cls, value: str) -> str:
+        group, kind = parse_group_kind(value)
+        if not kind or not kind[0].isupper() or " " in value:
+            raise ValueError(f"{value!r} is not a GroupKind such as Pod, apps/ReplicaSet or batch/Job")
+        return value
+
+
+class TrustedController(ConfigModel):
+    users: list[str] = Field(default_factory=list, description="Usernames the controller sends requests as.")
+    service_accounts: list[str] = Field(default_factory=list, description="namespace/name of its service "
+                                        "accounts (the same as users system:serviceaccount:NS:NAME).")
+    creates: list[ControllerEdge] = Field(default_factory=list, description="Which kinds it creates for "
+                                          "which owner kinds.")
+
+    def usernames(self) -> list[str]:
+        return [*self.users, *("system:serviceaccount:" + sa.replace("/", ":", 1) for sa in self.service_accounts)]
 
 
 class ProfileMatch(ConfigModel):
@@ -79,11 +104,24 @@ class ConfigFile(ConfigModel):
         description="Resource names (globs) that count as GPUs.")
     workload_classes: WorkloadClasses = Field(default_factory=WorkloadClasses)
     exemptions: Exemptions = Field(default_factory=Exemptions)
-    trust_controller_pods: bool = Field(True, description="Do not deny pods whose controller (Job, ReplicaSet "
-                                        "...) already passed validation; they are still mutated.")
+    trust_controller_pods: bool = Field(True, description="Do not validate again what a trusted controller "
+                                        "creates from a template gpuguard checked (it is never mutated).")
+    trusted_controllers: dict[str, TrustedController] = Field(
+        default_factory=dict, description="Controllers by name, merged over the built-in table "
+        "(webhook/controllers.py): an entry replaces the built-in one of the same name; users: [] disables it.")
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     profiles: list[Profile] = Field(default_factory=list)
     cost: Cost = Field(default_factory=Cost)
+
+
+def compile_controllers(overrides: dict[str, TrustedController]) -> TrustedControllers:
+    """The built-in trusted controllers with the config's entries laid over them by name."""
+    entries = {name: TrustedController.model_validate(body) for name, body in DEFAULT_TRUSTED_CONTROLLERS.items()}
+    entries.update(overrides)
+    return TrustedControllers({
+        name: (entry.usernames(), [(parse_group_kind(e.owner), parse_group_kind(e.kind)) for e in entry.creates])
+        for name, entry in entries.items()
+    })
 
 
 @dataclass(frozen=True)
@@ -131,6 +169,7 @@ class Config:
             "system:serviceaccount:" + sa.replace("/", ":", 1) for sa in raw.exemptions.service_accounts)
         self._exempt_groups = frozenset(raw.exemptions.groups)
         self._exempt_namespaces = tuple(raw.exemptions.namespaces)
+        self.controllers = compile_controllers(raw.trusted_controllers)
         self.is_gpu_resource = lru_cache(maxsize=1024)(self._is_gpu_resource)
 
     def _is_gpu_resource(self, name: str) -> bool:

@@ -40,6 +40,9 @@ class Violation:
     message: str  # what is wrong and why it matters
     fix: str  # the one-line fix
     target: str = ""  # a readable name for what the path points at, e.g. the container name
+    # What the finding is about, stable across list reordering (``spec.containers[trainer]``): UPDATE
+    # matches findings of the stored object by (policy, subject).
+    subject: str = ""
 
     @property
     def text(self) -> str:

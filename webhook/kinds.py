@@ -58,6 +58,12 @@ class KindSpec:
     locate: Any = field(repr=False)  # Callable[[dict], Iterator[TemplateRef]]
     job: JobFields | None = None
     namespaced: bool = True
+    # Fields the apiserver (or the kind's own operator webhook) refuses to change on UPDATE.  On an
+    # UPDATE gpuguard leaves each as the stored object has it (see ``webhook.update``).
+    immutable: tuple[Path, ...] = ()
+    # Where the ``scale`` subresource's ``spec.replicas`` lands in the object, for kinds that have
+    # one: scaling is validated like an UPDATE of that field (GPU totals hold).
+    scale_replicas: Path | None = None
 
     @property
     def api_group_kind(self) -> tuple[str, str]:
@@ -218,18 +224,21 @@ _KUBEFLOW_VERSIONS = ("v1",)
 
 KINDS: tuple[KindSpec, ...] = (
     KindSpec("", "Pod", "pods", ("v1",), "training", _pod,
-             JobFields(deadline=("spec", "activeDeadlineSeconds"))),
+             JobFields(deadline=("spec", "activeDeadlineSeconds")), immutable=(("spec",),)),
     KindSpec("batch", "Job", "jobs", ("v1",), "training", _job,
              JobFields(ttl=("spec", "ttlSecondsAfterFinished"), deadline=("spec", "activeDeadlineSeconds"),
-                       backoff=("spec", "backoffLimit"), backoff_api_default=6)),
+                       backoff=("spec", "backoffLimit"), backoff_api_default=6),
+             immutable=(("spec", "template"),)),
     KindSpec("batch", "CronJob", "cronjobs", ("v1",), "training", _cronjob,
              JobFields(ttl=("spec", "jobTemplate", "spec", "ttlSecondsAfterFinished"),
                        deadline=("spec", "jobTemplate", "spec", "activeDeadlineSeconds"),
                        backoff=("spec", "jobTemplate", "spec", "backoffLimit"), backoff_api_default=6)),
-    KindSpec("apps", "Deployment", "deployments", ("v1",), "inference", _template(("spec",), ("spec", "replicas"))),
+    KindSpec("apps", "Deployment", "deployments", ("v1",), "inference", _template(("spec",), ("spec", "replicas")),
+             scale_replicas=("spec", "replicas")),
     KindSpec("apps", "StatefulSet", "statefulsets", ("v1",), "inference",
-             _template(("spec",), ("spec", "replicas"))),
-    KindSpec("apps", "ReplicaSet", "replicasets", ("v1",), "inference", _template(("spec",), ("spec", "replicas"))),
+             _template(("spec",), ("spec", "replicas")), scale_replicas=("spec", "replicas")),
+    KindSpec("apps", "ReplicaSet", "replicasets", ("v1",), "inference", _template(("spec",), ("spec", "replicas")),
+             scale_replicas=("spec", "replicas")),
     KindSpec("apps", "DaemonSet", "daemonsets", ("v1",), "inference", _template(("spec",))),
     KindSpec("kubeflow.org", "PyTorchJob", "pytorchjobs", _KUBEFLOW_VERSIONS, "training",
              _replica_map("pytorchReplicaSpecs"), _RUN_POLICY),
@@ -244,19 +253,23 @@ KINDS: tuple[KindSpec, ...] = (
     KindSpec("kubeflow.org", "JAXJob", "jaxjobs", _KUBEFLOW_VERSIONS, "training", _replica_map("jaxReplicaSpecs"),
              _RUN_POLICY),
     KindSpec("kubeflow.org", "Notebook", "notebooks", ("v1", "v1beta1"), "notebook", _template(("spec",))),
+    # JobSet's own webhook refuses changes to replicatedJobs; Volcano's allows only task replicas.
     KindSpec("jobset.x-k8s.io", "JobSet", "jobsets", ("v1alpha2",), "training", _jobset,
-             JobFields(ttl=("spec", "ttlSecondsAfterFinished"))),
+             JobFields(ttl=("spec", "ttlSecondsAfterFinished")), immutable=(("spec", "replicatedJobs"),)),
     KindSpec("batch.volcano.sh", "Job", "jobs", ("v1alpha1",), "training", _volcano,
-             JobFields(ttl=("spec", "ttlSecondsAfterFinished"), backoff=("spec", "maxRetry"))),
+             JobFields(ttl=("spec", "ttlSecondsAfterFinished"), backoff=("spec", "maxRetry")),
+             immutable=(("spec", "tasks"),)),
     KindSpec("ray.io", "RayJob", "rayjobs", ("v1",), "training", _rayjob,
              JobFields(ttl=("spec", "ttlSecondsAfterFinished"), deadline=("spec", "activeDeadlineSeconds"),
                        ttl_requires_true=("spec", "shutdownAfterJobFinishes"))),
     KindSpec("ray.io", "RayCluster", "rayclusters", ("v1",), "inference", _ray_groups(("spec",))),
-    KindSpec("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", ("v1",), "inference", _lws),
+    KindSpec("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", ("v1",), "inference", _lws,
+             scale_replicas=("spec", "replicas")),
     KindSpec("serving.kserve.io", "InferenceService", "inferenceservices", ("v1beta1",), "inference", _kserve),
 )
 
 _BY_GROUP_KIND: dict[tuple[str, str], KindSpec] = {k.api_group_kind: k for k in KINDS}
+_BY_GROUP_PLURAL: dict[tuple[str, str], KindSpec] = {(k.group, k.plural): k for k in KINDS}
 # Controllers whose pods (via ownerReferences) gpuguard treats as already checked.
 CONTROLLER_KINDS = frozenset({"Job", "ReplicaSet", "StatefulSet", "DaemonSet"})
 
@@ -273,3 +286,13 @@ def lookup(api_version: Any, kind: Any) -> KindSpec | None:
     if not isinstance(kind, str):
         return None
     return _BY_GROUP_KIND.get((group_of(api_version), kind))
+
+
+def by_resource(group: str, plural: str) -> KindSpec | None:
+    """The KindSpec for an API resource (``apps``, ``deployments``): subresource requests name it."""
+    return _BY_GROUP_PLURAL.get((group, plural))
+
+
+def lookup_group_kind(group: str, kind: str) -> KindSpec | None:
+    """The KindSpec for an API group and kind (as ownerReferences name them)."""
+    return _BY_GROUP_KIND.get((group, kind))

@@ -185,7 +185,6 @@ class WorkloadView:
     workload_class: str
     templates: list[PodTemplate]
     ctx: RequestContext
-    owned_by_controller: bool
 
     @property
     def name(self) -> str:
@@ -248,14 +247,8 @@ def _container_gpus(body: dict, is_gpu: Callable[[str], bool]) -> dict[str, int]
     return out
 
 
-def _owned_by_controller(obj: dict) -> bool:
-    meta = obj.get("metadata")
-    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
-    return any(ref.get("controller") is True for _, ref in dicts(refs))
-
-
 def build_view(obj: dict, kind: KindSpec, ctx: RequestContext, is_gpu: Callable[[str], bool],
-               classify: Callable[[dict, KindSpec, bool], str]) -> WorkloadView:
+               workload_class: str) -> WorkloadView:
     """Find every pod template of ``obj`` (a working copy) and the GPUs each container asks for."""
     templates: list[PodTemplate] = []
     for ref in kind.locate(obj):
@@ -268,5 +261,4 @@ def build_view(obj: dict, kind: KindSpec, ctx: RequestContext, is_gpu: Callable[
             for i, body in dicts(spec.get(list_name))
         ]
         templates.append(PodTemplate(ref, spec, obj, containers))
-    owned = kind.kind == "Pod" and _owned_by_controller(obj)
-    return WorkloadView(obj, kind, classify(obj, kind, owned), templates, ctx, owned)
+    return WorkloadView(obj, kind, workload_class, templates, ctx)
