@@ -166,6 +166,10 @@ class TrustedControllers:
                     self._edges.setdefault((user, owner, child), name)
         self._users = frozenset(users)
 
+    def is_controller(self, username: str) -> bool:
+        """Whether the requester is a trusted controller at all (whatever the object)."""
+        return username in self._users
+
     def origin(self, obj: dict, username: str) -> ControllerOrigin | None:
         """The controller that made ``obj`` in this request, or ``None`` (then it is a user's object)."""
         if username not in self._users:  # the common case (users): one set lookup

@@ -113,8 +113,11 @@ class Engine:
             if self.config.trust_controller_pods or not ctx.validate:
                 decision.skipped = origin.reason
                 return decision
-        # What a controller made is never mutated: it must equal its parent's template.
-        mutating = ctx.mutate and ctx.operation in MUTATING_OPERATIONS and origin is None
+        # What a controller made is never mutated: it must equal its parent's template.  Nor is what
+        # a controller updates (the Deployment controller's revision annotation on a Deployment):
+        # a config change must not roll out every Deployment behind its owner's back.
+        mutating = ctx.mutate and ctx.operation in MUTATING_OPERATIONS and origin is None and not (
+            ctx.operation == "UPDATE" and self.config.controllers.is_controller(ctx.username))
         try:
             if plain_json and not mutating:
                 # Validation only reads: the caller's plain-JSON object is both sides, no copy at all.

@@ -264,3 +264,26 @@ def test_subject_names_items_and_keeps_indices_of_unnamed_ones():
     assert subject(obj, ("spec", "containers", 0)) == "spec.containers[a]"
     assert subject(obj, ("spec", "containers", 1)) == "spec.containers[#1]"
     assert api_group("batch/v1") == "batch" and api_group("v1") == ""
+
+
+def test_a_controller_updating_a_users_object_changes_nothing():
+    stored = make("Deployment", pvc_pod_spec())  # not in gpuguard's shape (created before it, or config changed)
+    incoming = copy.deepcopy(stored)
+    incoming["metadata"]["annotations"] = {"deployment.kubernetes.io/revision": "2"}
+    ctx = RequestContext(operation="UPDATE", old_object=stored, namespace="ml",
+                         username="system:serviceaccount:kube-system:deployment-controller")
+    assert ENGINE.evaluate(incoming, ctx).patch == []
+    # The same update by a user brings the template into shape (a rollout the user asked for).
+    assert update(incoming, stored).mutated_by
+
+
+def test_admin_guide_documents_every_built_in_controller_identity():
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "admin.md").read_text()
+    section = guide[guide.index("## Trusted controllers"):guide.index("## What happens on UPDATE")]
+    for name, entry in DEFAULT_TRUSTED_CONTROLLERS.items():
+        assert f"`{name}`" in section, name
+        for user in entry["users"]:
+            sa = user.rsplit(":", 1)[-1]
+            assert sa in section, (name, user)
