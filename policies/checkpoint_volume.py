@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from policies.base import Finding, Policy, PolicySettings
-from webhook.kinds import get_path
-from webhook.workload import Container, PodTemplate, WorkloadView, dicts
+from workloads.kinds import get_path
+from workloads.view import Container, PodTemplate, WorkloadView, dicts
 
 _NOT_PERSISTENT = {
     "emptyDir": "an emptyDir (deleted with the pod)",

@@ -17,8 +17,8 @@ from decimal import Decimal
 from pydantic import Field, field_validator
 
 from policies.base import ConfigModel, Policy, PolicySettings
-from webhook import quantity
-from webhook.workload import Container, WorkloadView, child_dict
+from workloads import quantity
+from workloads.view import Container, WorkloadView, child_dict
 
 
 class Size(ConfigModel):

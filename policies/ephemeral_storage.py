@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from policies.base import Action, Finding, Policy, PolicySettings
-from webhook.workload import WorkloadView, dicts
+from workloads.view import WorkloadView, dicts
 
 
 class Settings(PolicySettings):

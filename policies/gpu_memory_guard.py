@@ -15,8 +15,8 @@ from decimal import Decimal
 from pydantic import Field
 
 from policies.base import Finding, Policy, PolicySettings
-from webhook import quantity
-from webhook.workload import PodTemplate, WorkloadView
+from workloads import quantity
+from workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from policies.base import ConfigModel, Policy, PolicySettings
-from webhook.workload import PodTemplate, WorkloadView, child_dict, child_list, dicts
+from workloads.view import PodTemplate, WorkloadView, child_dict, child_list, dicts
 
 
 class NodeLabel(ConfigModel):

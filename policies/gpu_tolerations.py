@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field
 
 from policies.base import ConfigModel, Policy, PolicySettings
-from webhook.workload import WorkloadView, child_list, dicts
+from workloads.view import WorkloadView, child_list, dicts
 
 
 class Toleration(ConfigModel):

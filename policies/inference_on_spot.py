@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pydantic import Field
 
 from policies.base import Action, Finding, Policy, PolicySettings
-from webhook.workload import PodTemplate, WorkloadView, dicts
+from workloads.view import PodTemplate, WorkloadView, dicts
 
 
 class Settings(PolicySettings):

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from policies.base import Policy, PolicySettings
 from policies.job_ttl import set_int_field
-from webhook.workload import WorkloadView
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from policies.base import Policy, PolicySettings
-from webhook.kinds import get_path
-from webhook.workload import WorkloadView, child_dict
+from workloads.kinds import get_path
+from workloads.view import WorkloadView, child_dict
 
 
 class Settings(PolicySettings):

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pydantic import Field
 
 from policies.base import Finding, Policy, PolicySettings
-from webhook.kinds import get_path
-from webhook.workload import WorkloadView
+from workloads.kinds import get_path
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from policies.base import Policy, PolicySettings
-from webhook.workload import WorkloadView
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from policies.base import Policy, PolicySettings
-from webhook import quantity
-from webhook.workload import PodTemplate, WorkloadView, child_list
+from workloads import quantity
+from workloads.view import PodTemplate, WorkloadView, child_list
 
 
 class Settings(PolicySettings):

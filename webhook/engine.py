@@ -22,11 +22,11 @@ from typing import Any
 import orjson
 
 from policies.base import Finding, Policy, PolicySettings
-from webhook import kinds
 from webhook.config import Config
 from webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violation
 from webhook.patch import make_patch
-from webhook.workload import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view, dicts, dotted
+from workloads import kinds
+from workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view, dicts, dotted
 
 log = logging.getLogger("gpuguard.engine")
 
@@ -136,7 +136,7 @@ class Engine:
         decision.original = original
         owner = _controller_owner(work)
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
-        view = build_view(work, kind, ctx, self.config.is_gpu_resource, lambda o, k, _: self.classify(o, k, owner))
+        view = build_view(work, kind, self.config.is_gpu_resource, lambda o, k: self.classify(o, k, owner))
         view.owned_by_controller = owner is not None
         decision.workload_class = view.workload_class
         decision.gpus = view.total_gpus
@@ -171,8 +171,7 @@ class Engine:
                       ctx: RequestContext, owner: dict | None) -> list[Violation]:
         """A mutating policy in warn/audit mode: run it on a scratch copy and report what it would change."""
         scratch, before = _copy(raw), _copy(raw)
-        view = build_view(scratch, kind, ctx, self.config.is_gpu_resource,
-                          lambda o, k, _: self.classify(o, k, owner))
+        view = build_view(scratch, kind, self.config.is_gpu_resource, lambda o, k: self.classify(o, k, owner))
         view.owned_by_controller = owner is not None
         policy.run(view, settings)
         ops = make_patch(before, scratch)

@@ -1,6 +1,6 @@
 """``audit --cluster``: every workload a live cluster runs, as the webhook would have seen it on CREATE.
 
-What gets listed is ``webhook.kinds.KINDS``, restricted by API discovery to what the cluster
+What gets listed is ``workloads.kinds.KINDS``, restricted by API discovery to what the cluster
 serves (a PyTorchJob is only listed where its CRD is installed, in a version gpuguard reads).
 Lists are paginated (``limit``/``continue``) so a large cluster never lands in one response.
 
@@ -30,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from webhook.audit.inputs import Document
 from webhook.decision import RequestContext
-from webhook.kinds import KINDS, KindSpec, lookup
+from workloads.kinds import KINDS, KindSpec, lookup
 
 DEFAULT_CHUNK_SIZE = 500
 _IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"

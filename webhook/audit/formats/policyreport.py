@@ -22,7 +22,7 @@ import yaml
 from webhook.audit import mutation
 from webhook.audit.formats import RenderOptions
 from webhook.audit.run import AuditItem, AuditReport
-from webhook.kinds import lookup
+from workloads.kinds import lookup
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 REPORT_NAME = "gpuguard-audit"

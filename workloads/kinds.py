@@ -57,7 +57,6 @@ class KindSpec:
     default_class: str
     locate: Any = field(repr=False)  # Callable[[dict], Iterator[TemplateRef]]
     job: JobFields | None = None
-    namespaced: bool = True
 
     @property
     def api_group_kind(self) -> tuple[str, str]:

@@ -18,9 +18,8 @@ from decimal import Decimal
 from functools import cached_property
 from typing import Any
 
-from webhook import quantity
-from webhook.decision import RequestContext
-from webhook.kinds import KindSpec, Path, TemplateRef, get_path
+from workloads import quantity
+from workloads.kinds import KindSpec, Path, TemplateRef, get_path
 
 WORKLOAD_CLASS_LABEL = "gpuguard.io/workload-class"
 WORKLOAD_CLASSES = ("training", "inference", "notebook")
@@ -184,7 +183,6 @@ class WorkloadView:
     kind: KindSpec
     workload_class: str
     templates: list[PodTemplate]
-    ctx: RequestContext
     owned_by_controller: bool
 
     @property
@@ -254,8 +252,8 @@ def _owned_by_controller(obj: dict) -> bool:
     return any(ref.get("controller") is True for _, ref in dicts(refs))
 
 
-def build_view(obj: dict, kind: KindSpec, ctx: RequestContext, is_gpu: Callable[[str], bool],
-               classify: Callable[[dict, KindSpec, bool], str]) -> WorkloadView:
+def build_view(obj: dict, kind: KindSpec, is_gpu: Callable[[str], bool],
+               classify: Callable[[dict, KindSpec], str]) -> WorkloadView:
     """Find every pod template of ``obj`` (a working copy) and the GPUs each container asks for."""
     templates: list[PodTemplate] = []
     for ref in kind.locate(obj):
@@ -269,4 +267,4 @@ def build_view(obj: dict, kind: KindSpec, ctx: RequestContext, is_gpu: Callable[
         ]
         templates.append(PodTemplate(ref, spec, obj, containers))
     owned = kind.kind == "Pod" and _owned_by_controller(obj)
-    return WorkloadView(obj, kind, classify(obj, kind, owned), templates, ctx, owned)
+    return WorkloadView(obj, kind, classify(obj, kind), templates, owned)
