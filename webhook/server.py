@@ -29,16 +29,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from webhook import admission, logs, metrics, reload
-from webhook.admission import AdmissionRequest, ReviewError
+from webhook.admission import DEFAULT_MAX_BODY_BYTES, AdmissionRequest, ReviewError
 from webhook.decision import Decision, RequestContext
 
 if TYPE_CHECKING:
     from webhook.config import Config
     from webhook.engine import Engine
 
-DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 SETTINGS_ENV = "GPUGUARD_SERVE_SETTINGS"
-ENDPOINTS = ("mutate", "validate")
 
 
 @dataclass(frozen=True)
@@ -235,7 +233,6 @@ def _context(req: AdmissionRequest, endpoint: str, labels: dict[str, str]) -> Re
         namespace_labels=labels,
         username=req.user_info.username,
         groups=req.user_info.groups,
-        dry_run=req.dry_run,
         old_object=req.old_object if req.operation == "UPDATE" and isinstance(req.old_object, dict) else None,
         mutate=endpoint == "mutate",
         validate=endpoint == "validate",
