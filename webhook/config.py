@@ -20,7 +20,8 @@ from pydantic import Field, ValidationError
 
 from policies import REGISTRY, Policy, PolicySettings
 from policies.base import ConfigModel
-from webhook.workload import WORKLOAD_CLASSES
+from webhook.admission import DEFAULT_MAX_BODY_BYTES
+from workloads.view import WORKLOAD_CLASSES
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "policies" / "default-config.yaml"
 CONFIG_KIND = "GpuguardConfig"
@@ -57,14 +58,21 @@ class Profile(ConfigModel):
 
 
 class Cost(ConfigModel):
+    """Prices for ``gpuguard audit`` cost estimates: the one price table (docs/audit.md shows it).
+
+    Seed figures are public on-demand list prices (A100 about $3-5, H100 about $8-10 per
+    GPU-hour); the shipped config leaves ``cost`` out so these apply until an admin sets theirs.
+    """
+
     gpu_hourly_usd: dict[str, float] = Field(
-        default_factory=lambda: {"nvidia.com/gpu": 4.0, "nvidia.com/mig-*": 1.0, "amd.com/gpu": 3.0,
-                                 "habana.ai/gaudi": 3.0, "aws.amazon.com/neuron*": 1.5, "google.com/tpu": 4.0},
+        default_factory=lambda: {"nvidia.com/gpu": 4.0, "nvidia.com/gpu.shared": 1.0, "nvidia.com/mig-*": 1.0,
+                                 "amd.com/gpu": 3.0, "habana.ai/gaudi": 3.0, "aws.amazon.com/neuron*": 1.5,
+                                 "google.com/tpu": 4.0},
         description="GPU resource (or glob) -> USD per GPU-hour, for audit cost estimates.")
     product_hourly_usd: dict[str, float] = Field(
-        default_factory=lambda: {"NVIDIA-H100-80GB-HBM3": 9.0, "NVIDIA-A100-SXM4-80GB": 4.0,
-                                 "NVIDIA-A100-SXM4-40GB": 3.0, "NVIDIA-L4": 0.8},
-        description="nvidia.com/gpu.product label value -> USD per GPU-hour.")
+        default_factory=lambda: {"*H100*": 9.0, "*A100*": 4.0, "*A100*40GB*": 3.0, "NVIDIA-L4": 0.8},
+        description="GPU product node-label value (or glob, case-insensitive; the longest match wins) -> USD "
+        "per GPU-hour; used when a workload pins a product.")
 
 
 class ConfigFile(ConfigModel):
@@ -72,7 +80,7 @@ class ConfigFile(ConfigModel):
     kind: Literal["GpuguardConfig"] = CONFIG_KIND
     failure_mode: Literal["open", "closed"] = Field("open", description="Engine failure: allow with a "
                                                     "warning (open) or deny (closed).")
-    max_body_bytes: int = Field(3 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     gpu_resources: list[str] = Field(
         default_factory=lambda: ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*", "amd.com/gpu",
                                  "gpu.intel.com/*", "habana.ai/gaudi", "aws.amazon.com/neuron*", "google.com/tpu"],
