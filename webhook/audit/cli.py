@@ -70,7 +70,8 @@ def _register_audit(subparsers: Any) -> None:
                         help="with --cluster: the namespace to audit (default: the context's); with files: the "
                         "namespace of objects without one (default: default)")
     source.add_argument("-A", "--all-namespaces", action="store_true", help="with --cluster: every namespace")
-    source.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    source.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, then "
+                        "~/.kube/config)")
     source.add_argument("--context", help="kubeconfig context (default: the current one)")
     source.add_argument("--chunk-size", type=_positive, default=500, metavar="N",
                         help="objects per list request (default: 500)")
