@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic.alias_generators import to_camel
 
-from workloads.kinds import Path
+from workloads.paths import Path
 
 Action = Literal["enforce", "warn", "audit", "off"]
 

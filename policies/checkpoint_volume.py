@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from policies.base import Finding, Policy, PolicySettings
-from workloads.kinds import get_path
-from workloads.view import Container, PodTemplate, WorkloadView, dicts
+from workloads.paths import dicts, get_path
+from workloads.view import Container, PodTemplate, WorkloadView
 
 _NOT_PERSISTENT = {
     "emptyDir": "an emptyDir (deleted with the pod)",

@@ -18,7 +18,8 @@ from pydantic import Field, field_validator
 
 from policies.base import ConfigModel, Policy, PolicySettings
 from workloads import quantity
-from workloads.view import Container, WorkloadView, child_dict
+from workloads.paths import child_dict
+from workloads.view import Container, WorkloadView
 
 
 class Size(ConfigModel):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from policies.base import Action, Finding, Policy, PolicySettings
-from workloads.view import WorkloadView, dicts
+from workloads.paths import dicts
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from policies.base import ConfigModel, Policy, PolicySettings
-from workloads.view import PodTemplate, WorkloadView, child_dict, child_list, dicts
+from workloads.paths import child_dict, child_list, dicts
+from workloads.view import PodTemplate, WorkloadView
 
 
 class NodeLabel(ConfigModel):

@@ -15,7 +15,8 @@ from typing import Literal
 from pydantic import Field
 
 from policies.base import ConfigModel, Policy, PolicySettings
-from workloads.view import WorkloadView, child_list, dicts
+from workloads.paths import child_list, dicts
+from workloads.view import WorkloadView
 
 
 class Toleration(ConfigModel):

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pydantic import Field
 
 from policies.base import Action, Finding, Policy, PolicySettings
-from workloads.view import PodTemplate, WorkloadView, dicts
+from workloads.paths import dicts
+from workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from policies.base import Policy, PolicySettings
-from policies.job_ttl import set_int_field
+from workloads.paths import set_int_field
 from workloads.view import WorkloadView
 
 

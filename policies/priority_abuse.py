@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pydantic import Field
 
 from policies.base import Finding, Policy, PolicySettings
-from workloads.kinds import get_path
+from workloads.paths import get_path
 from workloads.view import WorkloadView
 
 

@@ -13,7 +13,8 @@ from pydantic import Field
 
 from policies.base import Policy, PolicySettings
 from workloads import quantity
-from workloads.view import PodTemplate, WorkloadView, child_list
+from workloads.paths import child_list
+from workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):

@@ -9,9 +9,11 @@ can fix a ConfigMap without guessing.
 
 from __future__ import annotations
 
+import importlib.resources
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +25,9 @@ from policies.base import ConfigModel
 from webhook.admission import DEFAULT_MAX_BODY_BYTES
 from workloads.view import WORKLOAD_CLASSES
 
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "policies" / "default-config.yaml"
+# The shipped default, found as package data (pyproject's package-data ships it), so it is found
+# wherever the package is installed (site-packages, a zip, an editable checkout).
+DEFAULT_CONFIG_PATH: Traversable = importlib.resources.files("policies") / "default-config.yaml"
 CONFIG_KIND = "GpuguardConfig"
 
 
@@ -252,7 +256,7 @@ def build_config(data: Any, source: str = "<config>", lines: dict[tuple, int] | 
 
 def load_config(path: str | Path | None = None) -> Config:
     """Load a GpuguardConfig file (``None``: the shipped default) or raise ``ConfigError``."""
-    file = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    file: Path | Traversable = Path(path) if path is not None else DEFAULT_CONFIG_PATH
     source = str(file)
     try:
         text = file.read_text(encoding="utf-8")

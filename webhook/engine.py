@@ -26,7 +26,8 @@ from webhook.config import Config
 from webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violation
 from webhook.patch import make_patch
 from workloads import kinds
-from workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view, dicts, dotted
+from workloads.paths import dicts, dotted
+from workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view
 
 log = logging.getLogger("gpuguard.engine")
 

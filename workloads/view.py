@@ -12,60 +12,18 @@ the apiserver would reject anyway must still get a decision, not an exception.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
 from typing import Any
 
 from workloads import quantity
-from workloads.kinds import KindSpec, Path, TemplateRef, get_path
+from workloads.kinds import KindSpec, TemplateRef
+from workloads.paths import Path, child_dict, dicts, dotted, get_path
 
 WORKLOAD_CLASS_LABEL = "gpuguard.io/workload-class"
 WORKLOAD_CLASSES = ("training", "inference", "notebook")
-
-
-def dotted(path: Path) -> str:
-    """``("spec", "containers", 0)`` -> ``spec.containers[0]``: the form kubectl users read."""
-    out = ""
-    for step in path:
-        if isinstance(step, int):
-            out += f"[{step}]"
-        else:
-            out += f".{step}" if out else step
-    return out
-
-
-def child_dict(parent: Any, key: str) -> dict | None:
-    """``parent[key]`` as a dict, created when absent; ``None`` when it holds something else.
-
-    Mutating policies use this so that a user's wrong-typed field is left for the apiserver
-    to reject rather than silently overwritten.
-    """
-    if not isinstance(parent, dict):
-        return None
-    value = parent.get(key)
-    if value is None:
-        value = parent[key] = {}
-    return value if isinstance(value, dict) else None
-
-
-def child_list(parent: Any, key: str) -> list | None:
-    """``parent[key]`` as a list, created when absent; ``None`` when it holds something else."""
-    if not isinstance(parent, dict):
-        return None
-    value = parent.get(key)
-    if value is None:
-        value = parent[key] = []
-    return value if isinstance(value, list) else None
-
-
-def dicts(value: Any) -> Iterator[tuple[int, dict]]:
-    """The dict items of a list, with their index; nothing for a non-list."""
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            if isinstance(item, dict):
-                yield i, item
 
 
 @dataclass

@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 from workloads import kinds
-from workloads.kinds import get_path
+from workloads.paths import get_path
 
 
 def gpu_container(gpus: int = 1, name: str = "trainer", **extra: Any) -> dict:

@@ -27,7 +27,8 @@ from typing import Any
 
 from webhook.config import Cost
 from webhook.decision import Decision
-from workloads.kinds import get_path, lookup
+from workloads.kinds import lookup
+from workloads.paths import get_path
 
 HOURS_PER_DAY = 24
 
