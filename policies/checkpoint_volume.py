@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from policies.base import Finding, Policy, PolicySettings
+from policies.base import Finding, PolicySettings, ValidatingPolicy
 from workloads.paths import dicts, get_path
 from workloads.view import Container, PodTemplate, WorkloadView
 
@@ -170,10 +170,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                               "object store", container.name)
 
 
-POLICY = Policy(
+POLICY = ValidatingPolicy(
     id="checkpoint-volume",
     title="Persistent checkpoints for GPU training",
-    mutating=False,
     settings_model=Settings,
     run=validate,
     description="GPU training containers must mount persistent storage (PVC, NFS, durable CSI ...) or point "

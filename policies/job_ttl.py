@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import Policy, PolicySettings
+from policies.base import MutatingPolicy, PolicySettings
 from workloads.paths import get_path, set_int_field
 from workloads.view import WorkloadView
 
@@ -32,10 +32,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
                          settings.max_ttl_seconds_after_finished)
 
 
-POLICY = Policy(
+POLICY = MutatingPolicy(
     id="job-ttl",
     title="Delete finished jobs after a TTL",
-    mutating=True,
     settings_model=Settings,
     run=mutate,
     description="Sets ttlSecondsAfterFinished (Job, CronJob, Kubeflow runPolicy, JobSet, Volcano, RayJob "

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError
 
-from policies import REGISTRY, Policy, PolicySettings
+from policies import REGISTRY, MutatingPolicy, PolicySettings, ValidatingPolicy
 from policies.base import ConfigModel
 from webhook.admission import DEFAULT_MAX_BODY_BYTES
 from workloads.view import WORKLOAD_CLASSES
@@ -102,8 +102,8 @@ class ConfigFile(ConfigModel):
 class PolicySet:
     """The enabled policies with their validated settings, split by phase, in registry order."""
 
-    mutating: tuple[tuple[Policy, PolicySettings], ...]
-    validating: tuple[tuple[Policy, PolicySettings], ...]
+    mutating: tuple[tuple[MutatingPolicy, PolicySettings], ...]
+    validating: tuple[tuple[ValidatingPolicy, PolicySettings], ...]
 
     def settings(self, policy_id: str) -> PolicySettings | None:
         for policy, settings in self.mutating + self.validating:
@@ -212,7 +212,8 @@ def _deep_merge(base: dict, override: dict) -> dict:
 
 
 def _compile_policies(overrides: dict[str, dict[str, Any]], prefix: tuple, lines: dict, source: str) -> PolicySet:
-    mutating, validating = [], []
+    mutating: list[tuple[MutatingPolicy, PolicySettings]] = []
+    validating: list[tuple[ValidatingPolicy, PolicySettings]] = []
     for policy_id, values in overrides.items():
         if policy_id not in REGISTRY:
             known = ", ".join(REGISTRY)
@@ -227,7 +228,10 @@ def _compile_policies(overrides: dict[str, dict[str, Any]], prefix: tuple, lines
         except ValidationError as exc:
             raise _errors(exc, prefix + (policy_id,), lines, source) from None
         if settings.action != "off":
-            (mutating if policy.mutating else validating).append((policy, settings))
+            if isinstance(policy, MutatingPolicy):
+                mutating.append((policy, settings))
+            elif isinstance(policy, ValidatingPolicy):
+                validating.append((policy, settings))
     return PolicySet(tuple(mutating), tuple(validating))
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import orjson
 
-from policies.base import Finding, Policy, PolicySettings
-from webhook.config import Config
+from policies.base import Finding, MutatingPolicy, PolicySettings
+from webhook.config import Config, PolicySet
 from webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violation
 from webhook.patch import make_patch
 from workloads import kinds
@@ -168,7 +168,7 @@ class Engine:
         return decision
 
     # ------------------------------------------------------------------ mutation helpers
-    def _would_mutate(self, policy: Policy, settings: PolicySettings, kind: kinds.KindSpec, raw: bytes,
+    def _would_mutate(self, policy: MutatingPolicy, settings: PolicySettings, kind: kinds.KindSpec, raw: bytes,
                       ctx: RequestContext, owner: dict | None) -> list[Violation]:
         """A mutating policy in warn/audit mode: run it on a scratch copy and report what it would change."""
         scratch, before = _copy(raw), _copy(raw)
@@ -202,7 +202,7 @@ class Engine:
         annotations[MUTATED_BY_ANNOTATION] = ",".join(sorted(ids))
 
     # ------------------------------------------------------------------ validation helpers
-    def _validate(self, view: WorkloadView, policy_set) -> list[Violation]:
+    def _validate(self, view: WorkloadView, policy_set: PolicySet) -> list[Violation]:
         out: list[Violation] = []
         for policy, settings in policy_set.validating:
             verdict = ACTION_TO_VERDICT[settings.action]

@@ -315,7 +315,7 @@ def test_full_default_set_is_idempotent_with_user_content():
     assert first.allowed, [v.text for v in first.violations]
 
 
-MUTATING = [p.id for p in __import__("policies").REGISTRY.values() if p.mutating]
+MUTATING = [p.id for p in __import__("policies").REGISTRY.values() if p.phase == "mutating"]
 
 
 @pytest.mark.parametrize("policy_id", MUTATING)
