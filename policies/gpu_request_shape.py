@@ -27,7 +27,7 @@ class Settings(PolicySettings):
 
 
 def _when(view: WorkloadView) -> str:
-    if view.kind.group in ("", "batch", "apps"):
+    if view.kind.validated_by_apiserver:
         return "the apiserver rejects the pod"
     return f"the {view.kind.kind} is accepted but each pod it creates is rejected"
 

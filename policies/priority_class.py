@@ -36,7 +36,7 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
             continue
         template.spec["priorityClassName"] = name
         changed = True
-        if view.kind.kind == "Pod":
+        if view.kind.is_pod:
             template.spec.pop("priority", None)
             template.spec.pop("preemptionPolicy", None)
     return changed

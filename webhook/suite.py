@@ -80,10 +80,17 @@ class ExpectedFinding(_Model):
     policy: str
     action: Literal["deny", "warn", "audit"]
     path: str | None = None
+    message_contains: str | None = None
+
+    def matches(self, violation: Violation) -> bool:
+        return (violation.policy == self.policy and violation.verdict == self.action
+                and (self.path is None or violation.path == self.path)
+                and (self.message_contains is None or self.message_contains in violation.message))
 
     def __str__(self) -> str:
         where = f" at {self.path}" if self.path is not None else ""
-        return f"{self.action} from {self.policy}{where}"
+        about = f" saying {self.message_contains!r}" if self.message_contains is not None else ""
+        return f"{self.action} from {self.policy}{where}{about}"
 
 
 class Expectation(_Model):
@@ -257,12 +264,11 @@ def _context(request: Request, old: Any) -> RequestContext:
 
 
 def _finding_mismatches(expected: list[ExpectedFinding], actual: list[Violation]) -> list[str]:
-    """Match expected findings to actual ones as multisets; those with a path are matched first."""
+    """Match expected findings to actual ones as multisets; the most specific expectations are matched first."""
     left = list(actual)
     missing: list[ExpectedFinding] = []
-    for want in sorted(expected, key=lambda f: f.path is None):
-        hit = next((v for v in left if v.policy == want.policy and v.verdict == want.action
-                    and (want.path is None or v.path == want.path)), None)
+    for want in sorted(expected, key=lambda f: (f.path is None, f.message_contains is None)):
+        hit = next((v for v in left if want.matches(v)), None)
         if hit is None:
             missing.append(want)
         else:

@@ -7,6 +7,7 @@ import pytest
 from tests.unit.test_policies_mutating import engine_with, only
 from tests.unit.workloads import (
     ALL_KINDS,
+    BUILDER_NAMES,
     INFERENCE_KINDS,
     TRAINING_KINDS,
     bare_pod_spec,
@@ -18,6 +19,7 @@ from tests.unit.workloads import (
 from webhook.config import load_config
 from webhook.decision import RequestContext
 from webhook.engine import Engine
+from workloads import kinds
 
 VALIDATE = RequestContext(mutate=False)
 
@@ -191,7 +193,8 @@ def test_request_shape_node_cpu_and_memory():
 
 
 # ---------------------------------------------------------------- gang-scheduling
-@pytest.mark.parametrize("kind", ["Job", "PyTorchJob", "TFJob", "MPIJob", "JobSet"])
+@pytest.mark.parametrize("kind", [BUILDER_NAMES[k.api_group_kind] for k in kinds.KINDS
+                                  if k.gang is not None and k.gang.own_scheduler is None])
 def test_multi_pod_gpu_job_needs_gang_scheduler(kind):
     hits = policies_hit(only("gang-scheduling"), make(kind, pvc_pod_spec(), replicas=4))
     assert "no gang scheduler" in hits["gang-scheduling"][0].message

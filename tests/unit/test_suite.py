@@ -77,6 +77,12 @@ def test_findings_are_matched_exactly_and_in_any_order(tmp_path):
     mismatches = run_one(tmp_path / "none-expected").mismatches
     assert "expected allowed, got denied" in mismatches
     assert any("unexpected deny from checkpoint-volume" in m for m in mismatches)
+    said = {**deny, "messageContains": "no persistent volume for checkpoints"}
+    write_case(tmp_path / "message", {"only": ["checkpoint-volume"], "allowed": False, "violations": [said]})
+    assert run_one(tmp_path / "message").passed
+    write_case(tmp_path / "other-message", {"only": ["checkpoint-volume"], "allowed": False,
+                                            "violations": [{**deny, "messageContains": "hostPath"}]})
+    assert any("saying 'hostPath'" in m for m in run_one(tmp_path / "other-message").mismatches)
     without_path = {"policy": "checkpoint-volume", "action": "deny"}
     write_case(tmp_path / "no-path", {"only": ["checkpoint-volume"], "allowed": False, "violations": [without_path]})
     assert run_one(tmp_path / "no-path").passed
