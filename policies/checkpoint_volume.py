@@ -188,14 +188,24 @@ POLICY = ValidatingPolicy(
     rationale="A preempted or OOM-killed training pod restarts from its last checkpoint; if that lived on "
     "ephemeral storage, every GPU-hour since the start is lost.",
     example="""\
-containers:
-- name: trainer
-  env:
-  - {name: CHECKPOINT_DIR, value: /checkpoints/run-42}
-  volumeMounts:
-  - {name: ckpt, mountPath: /checkpoints}
-volumes:
-- name: ckpt
-  persistentVolumeClaim: {claimName: team-checkpoints}
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 1}
+        env:
+        - {name: CHECKPOINT_DIR, value: /checkpoints/run-42}
+        volumeMounts:
+        - {name: ckpt, mountPath: /checkpoints}
+      volumes:
+      - name: ckpt
+        persistentVolumeClaim: {claimName: team-checkpoints}
 """,
 )

@@ -87,12 +87,28 @@ POLICY = ValidatingPolicy(
     example="""\
 apiVersion: kubeflow.org/v1
 kind: PyTorchJob
+metadata: {name: train, namespace: ml}
 spec:
   pytorchReplicaSpecs:
-    Worker:
-      replicas: 4
+    Master:
+      replicas: 1
       template:
         spec:
           schedulerName: volcano
+          containers:
+          - name: pytorch
+            image: ghcr.io/example/train:1
+            resources:
+              limits: {nvidia.com/gpu: 8}
+    Worker:
+      replicas: 3
+      template:
+        spec:
+          schedulerName: volcano
+          containers:
+          - name: pytorch
+            image: ghcr.io/example/train:1
+            resources:
+              limits: {nvidia.com/gpu: 8}
 """,
 )

@@ -53,7 +53,18 @@ POLICY = ValidatingPolicy(
     rationale="The inference class preempts: a training job that borrows it evicts model servers to take "
     "their GPUs.",
     example="""\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
 spec:
-  priorityClassName: training-standard
+  template:
+    spec:
+      restartPolicy: Never
+      priorityClassName: training-standard
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 1}
 """,
 )

@@ -12,9 +12,9 @@ validating policies on the mutated object) and then checked four ways: the decis
 ``jsonpatch`` library, and a second evaluation of the mutated object (mutations must be
 idempotent, so it must give an empty patch).
 
-Where a suite ends: the folders between a case and the path given to ``discover``, plus any
-parent folders above that path that hold a ``suite.yaml`` (so pointing at one case of a
-suite still runs it with its suite's settings).
+Where a suite ends: the folders between a case and the path given to ``discover``, or, when
+a folder above that path holds a ``suite.yaml``, up to the highest such folder (below the
+repository root), so pointing at one case of a suite still runs it with its suite's settings.
 """
 
 from __future__ import annotations
@@ -114,10 +114,13 @@ class Case:
 
 
 def _suite_root(start: Path) -> Path:
-    """``start``, or the highest run of parents above it that hold a ``suite.yaml``."""
+    """``start``, or its highest parent holding a ``suite.yaml`` (not looking past a repository root)."""
     root = start
-    while root.parent != root and (root.parent / SUITE).is_file():
-        root = root.parent
+    folder = start
+    while folder.parent != folder and not (folder / ".git").exists():
+        folder = folder.parent
+        if (folder / SUITE).is_file():
+            root = folder
     return root
 
 

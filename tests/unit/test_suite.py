@@ -108,9 +108,13 @@ def test_suite_yaml_and_config_yaml_are_inherited_nearest_first(tmp_path):
 
 
 def test_pointing_at_one_case_keeps_its_suite_settings(tmp_path):
-    (tmp_path / "suite.yaml").write_text("only: [job-ttl]\n")
-    write_case(tmp_path / "ttl", {"allowed": True, "mutatedBy": ["job-ttl"]}, mutated=with_ttl(GPU_JOB))
-    assert run_one(tmp_path / "ttl" / "input.yaml").passed
+    (tmp_path / ".git").mkdir()  # the repository root: the search for suite.yaml goes no higher
+    (tmp_path / "suite.yaml").write_text("only: [no-such-policy]\n")  # farther than the nearest: unused
+    (tmp_path / "ttl-suite" / "suite.yaml").parent.mkdir()
+    (tmp_path / "ttl-suite" / "suite.yaml").write_text("only: [job-ttl]\n")
+    write_case(tmp_path / "ttl-suite" / "group" / "ttl", {"allowed": True, "mutatedBy": ["job-ttl"]},
+               mutated=with_ttl(GPU_JOB))
+    assert run_one(tmp_path / "ttl-suite" / "group" / "ttl" / "input.yaml").passed
 
 
 def test_only_turns_off_every_other_policy_in_profiles_too(tmp_path):
