@@ -16,9 +16,10 @@ from decimal import Decimal
 
 from pydantic import Field, field_validator
 
-from policies.base import ConfigModel, Policy, PolicySettings
-from webhook import quantity
-from webhook.workload import Container, WorkloadView, child_dict
+from policies.base import ConfigModel, MutatingPolicy, PolicySettings
+from workloads import quantity
+from workloads.paths import child_dict
+from workloads.view import Container, WorkloadView
 
 
 class Size(ConfigModel):
@@ -90,10 +91,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
-POLICY = Policy(
+POLICY = MutatingPolicy(
     id="default-resources",
     title="Size CPU, memory and ephemeral storage per GPU",
-    mutating=True,
     settings_model=Settings,
     run=mutate,
     description="Adds missing CPU, memory and ephemeral-storage requests and limits: per GPU for GPU "
@@ -101,10 +101,18 @@ POLICY = Policy(
     rationale="A GPU pod with only a GPU limit is BestEffort: evicted first under memory pressure and "
     "free to starve its data loaders; right-sized requests keep a node's GPUs usable.",
     example="""\
-containers:
-- name: trainer
-  resources:
-    requests: {cpu: "8", memory: 64Gi, ephemeral-storage: 50Gi}
-    limits: {nvidia.com/gpu: 1, memory: 64Gi, ephemeral-storage: 100Gi}
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          requests: {cpu: "8", memory: 64Gi, ephemeral-storage: 50Gi}
+          limits: {nvidia.com/gpu: 1, memory: 64Gi, ephemeral-storage: 100Gi}
 """,
 )

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from policies.base import Action, Finding, Policy, PolicySettings
-from webhook.workload import WorkloadView, dicts
+from policies.base import Action, Finding, PolicySettings, ValidatingPolicy
+from workloads.paths import dicts
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):
@@ -32,10 +33,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                               "set resources.limits.ephemeral-storage", container.name)
 
 
-POLICY = Policy(
+POLICY = ValidatingPolicy(
     id="ephemeral-storage",
     title="Bounded scratch disk for GPU pods",
-    mutating=False,
     settings_model=Settings,
     run=validate,
     description="Warns on GPU pods with a disk-backed emptyDir without sizeLimit or a container without an "
@@ -43,8 +43,22 @@ POLICY = Policy(
     rationale="A pod that fills the node's disk is evicted, and disk pressure can evict the node's other GPU "
     "pods with it.",
     example="""\
-volumes:
-- name: cache
-  emptyDir: {sizeLimit: 100Gi}
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 1, ephemeral-storage: 100Gi}
+        volumeMounts:
+        - {name: cache, mountPath: /cache}
+      volumes:
+      - name: cache
+        emptyDir: {sizeLimit: 100Gi}
 """,
 )

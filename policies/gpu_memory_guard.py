@@ -14,9 +14,9 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from policies.base import Finding, Policy, PolicySettings
-from webhook import quantity
-from webhook.workload import PodTemplate, WorkloadView
+from policies.base import Finding, PolicySettings, ValidatingPolicy
+from workloads import quantity
+from workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):
@@ -54,10 +54,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                               container.name, advisory=True)
 
 
-POLICY = Policy(
+POLICY = ValidatingPolicy(
     id="gpu-memory-guard",
     title="Memory limits for GPU containers",
-    mutating=False,
     settings_model=Settings,
     run=validate,
     description="Rejects GPU containers without a memory limit (BestEffort or unbounded Burstable); warns when "
@@ -65,9 +64,17 @@ POLICY = Policy(
     rationale="A BestEffort GPU pod is evicted first under memory pressure and an unbounded one can OOM-kill "
     "its neighbours: either way GPU-hours of work are lost.",
     example="""\
-containers:
-- name: trainer
-  resources:
-    limits: {nvidia.com/gpu: 2, memory: 128Gi}
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 2, memory: 128Gi}
 """,
 )

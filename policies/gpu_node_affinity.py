@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import ConfigModel, Policy, PolicySettings
-from webhook.workload import PodTemplate, WorkloadView, child_dict, child_list, dicts
+from policies.base import ConfigModel, MutatingPolicy, PolicySettings
+from workloads.paths import child_dict, child_list, dicts
+from workloads.view import PodTemplate, WorkloadView
 
 
 class NodeLabel(ConfigModel):
@@ -79,10 +80,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
-POLICY = Policy(
+POLICY = MutatingPolicy(
     id="gpu-node-affinity",
     title="Require GPU nodes for GPU pods",
-    mutating=True,
     settings_model=Settings,
     run=mutate,
     description="Adds a required node-affinity expression on the GPU node label to every nodeSelectorTerm "
@@ -90,12 +90,21 @@ POLICY = Policy(
     rationale="Without it a GPU pod can wait on CPU-only nodes the autoscaler keeps adding, and CPU pods "
     "can fill the GPU nodes' CPU and memory so GPUs sit idle.",
     example="""\
+apiVersion: v1
+kind: Pod
+metadata: {name: train, namespace: ml}
 spec:
+  restartPolicy: Never
   affinity:
     nodeAffinity:
       requiredDuringSchedulingIgnoredDuringExecution:
         nodeSelectorTerms:
         - matchExpressions:
           - {key: nvidia.com/gpu.present, operator: In, values: ["true"]}
+  containers:
+  - name: trainer
+    image: ghcr.io/example/train:1
+    resources:
+      limits: {nvidia.com/gpu: 1}
 """,
 )

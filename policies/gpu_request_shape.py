@@ -14,9 +14,9 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from policies.base import Finding, Policy, PolicySettings
-from webhook import quantity
-from webhook.workload import Container, PodTemplate, WorkloadView
+from policies.base import Finding, PolicySettings, ValidatingPolicy
+from workloads import quantity
+from workloads.view import Container, PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):
@@ -27,7 +27,7 @@ class Settings(PolicySettings):
 
 
 def _when(view: WorkloadView) -> str:
-    if view.kind.group in ("", "batch", "apps"):
+    if view.kind.validated_by_apiserver:
         return "the apiserver rejects the pod"
     return f"the {view.kind.kind} is accepted but each pod it creates is rejected"
 
@@ -88,10 +88,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                       "lower replicas or GPUs per pod, or ask the platform team for a larger limit")
 
 
-POLICY = Policy(
+POLICY = ValidatingPolicy(
     id="gpu-request-shape",
     title="GPU requests a scheduler can satisfy",
-    mutating=False,
     settings_model=Settings,
     run=validate,
     description="Whole GPUs, requests equal to limits, at most the largest node's GPUs per pod and a "
@@ -99,9 +98,17 @@ POLICY = Policy(
     rationale="A request no node can satisfy pends forever; a bad template in a PyTorchJob fails pod by pod "
     "while the pods that did start hold GPUs idle.",
     example="""\
-containers:
-- name: trainer
-  resources:
-    limits: {nvidia.com/gpu: 8}
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 8}
 """,
 )

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from policies.base import Action, Finding, Policy, PolicySettings
-from webhook.workload import PodTemplate, WorkloadView, dicts
+from policies.base import Action, Finding, PolicySettings, ValidatingPolicy
+from workloads.paths import dicts
+from workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):
@@ -59,10 +60,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                           "run serving replicas on on-demand nodes, or keep enough on-demand replicas")
 
 
-POLICY = Policy(
+POLICY = ValidatingPolicy(
     id="inference-on-spot",
     title="No inference on spot GPU nodes",
-    mutating=False,
     settings_model=Settings,
     run=validate,
     description="Warns when an inference workload selects (nodeSelector, node affinity) or tolerates "
@@ -70,8 +70,23 @@ POLICY = Policy(
     rationale="Spot nodes are reclaimed with seconds of notice: cheap for checkpointed training, an outage for "
     "a model server.",
     example="""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: serve, namespace: ml}
 spec:
-  nodeSelector:
-    karpenter.sh/capacity-type: on-demand
+  replicas: 2
+  selector:
+    matchLabels: {app: serve}
+  template:
+    metadata:
+      labels: {app: serve}
+    spec:
+      nodeSelector:
+        karpenter.sh/capacity-type: on-demand
+      containers:
+      - name: server
+        image: ghcr.io/example/serve:1
+        resources:
+          limits: {nvidia.com/gpu: 1}
 """,
 )

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import Policy, PolicySettings
-from policies.job_ttl import set_int_field
-from webhook.workload import WorkloadView
+from policies.base import MutatingPolicy, PolicySettings
+from workloads.paths import set_int_field
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):
@@ -40,10 +40,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
-POLICY = Policy(
+POLICY = MutatingPolicy(
     id="job-limits",
     title="Retry and deadline limits for GPU training",
-    mutating=True,
     settings_model=Settings,
     run=mutate,
     description="Sets backoffLimit (default 3) and activeDeadlineSeconds (default 24h, capped at 7 days) on "
@@ -53,8 +52,17 @@ POLICY = Policy(
     example="""\
 apiVersion: batch/v1
 kind: Job
+metadata: {name: train, namespace: ml}
 spec:
   backoffLimit: 3
   activeDeadlineSeconds: 86400
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 1}
 """,
 )

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import Policy, PolicySettings
-from webhook.workload import WorkloadView
+from policies.base import MutatingPolicy, PolicySettings
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):
@@ -43,10 +43,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
-POLICY = Policy(
+POLICY = MutatingPolicy(
     id="priority-class",
     title="Priority class by workload class",
-    mutating=True,
     settings_model=Settings,
     run=mutate,
     description="Sets priorityClassName by workload class (inference > training > notebooks) where absent, "
@@ -54,7 +53,18 @@ POLICY = Policy(
     rationale="Without classes a notebook can hold the GPUs a production model server needs, and nothing "
     "tells the scheduler which pod to preempt.",
     example="""\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
 spec:
-  priorityClassName: training-standard
+  template:
+    spec:
+      restartPolicy: Never
+      priorityClassName: training-standard
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 1}
 """,
 )

@@ -25,14 +25,15 @@ from typing import Any
 
 import orjson
 
-from policies.base import Finding, Policy, PolicySettings
-from webhook import kinds
+from policies.base import Finding, MutatingPolicy, PolicySettings
 from webhook.config import Config, PolicySet
 from webhook.controllers import ControllerOrigin
 from webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violation
 from webhook.patch import make_patch
 from webhook.update import keep_immutable, subject
-from webhook.workload import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view, dotted
+from workloads import kinds
+from workloads.paths import dotted
+from workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view
 
 log = logging.getLogger("gpuguard.engine")
 
@@ -144,7 +145,7 @@ class Engine:
         decision.original = original
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
         workload_class = self.classify(work, kind, origin)
-        view = build_view(work, kind, ctx, self.config.is_gpu_resource, workload_class)
+        view = build_view(work, kind, self.config.is_gpu_resource, workload_class)
         decision.workload_class = workload_class
         decision.gpus = view.total_gpus
         decision.gpus_by_resource = view.gpus_by_resource()
@@ -181,17 +182,17 @@ class Engine:
     def _mutated_copy(self, obj: dict, kind: kinds.KindSpec, ctx: RequestContext, policy_set: PolicySet) -> dict:
         """A copy of ``obj`` after the enforcing mutating policies: what gpuguard makes of it."""
         scratch = _copy(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
-        view = build_view(scratch, kind, ctx, self.config.is_gpu_resource, self.classify(scratch, kind))
+        view = build_view(scratch, kind, self.config.is_gpu_resource, self.classify(scratch, kind))
         for policy, settings in policy_set.mutating:
             if settings.action == "enforce":
                 policy.run(view, settings)
         return scratch
 
-    def _would_mutate(self, policy: Policy, settings: PolicySettings, kind: kinds.KindSpec, raw: bytes,
+    def _would_mutate(self, policy: MutatingPolicy, settings: PolicySettings, kind: kinds.KindSpec, raw: bytes,
                       ctx: RequestContext, workload_class: str) -> list[Violation]:
         """A mutating policy in warn/audit mode: run it on a scratch copy and report what it would change."""
         scratch, before = _copy(raw), _copy(raw)
-        view = build_view(scratch, kind, ctx, self.config.is_gpu_resource, workload_class)
+        view = build_view(scratch, kind, self.config.is_gpu_resource, workload_class)
         policy.run(view, settings)
         ops = make_patch(before, scratch)
         if not ops:

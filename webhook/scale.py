@@ -17,8 +17,10 @@ from typing import Any
 
 import orjson
 
+from kubeapi.client import ApiError, KubeConfigError, connect, custom_objects
 from webhook.admission import AdmissionRequest, GroupVersionKind
-from webhook.kinds import KindSpec, by_resource, get_path
+from workloads.kinds import KindSpec, by_resource
+from workloads.paths import get_path
 
 
 class ScaleError(Exception):
@@ -68,23 +70,17 @@ class WorkloadReader:
         self._api: Any = None
 
     def read(self, req: AdmissionRequest) -> dict:
-        from kubernetes.client.exceptions import ApiException
-
-        from certs.inject import InjectError, make_api_client
-
         try:
             if self._api is None:
-                from kubernetes import client
-
-                self._api = client.CustomObjectsApi(make_api_client(self._kubeconfig))
+                self._api = custom_objects(connect(self._kubeconfig).api)
             # Every scalable kind gpuguard checks lives in a named API group, so the generic
             # group/version/plural path serves apps/v1 and CRDs alike.
             obj = self._api.get_namespaced_custom_object(
                 req.resource.group, req.resource.version, req.namespace or "", req.resource.resource,
                 req.name or "", _request_timeout=self.TIMEOUT)
-        except InjectError as exc:
+        except KubeConfigError as exc:
             raise ScaleError(f"cannot read the scaled {req.resource.resource}: {exc}") from None
-        except ApiException as exc:
+        except ApiError as exc:
             raise ScaleError(f"cannot read the scaled {req.resource.resource} {req.name}: HTTP {exc.status} "
                              f"{exc.reason}") from None
         except Exception as exc:  # network errors, timeouts

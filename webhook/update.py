@@ -23,7 +23,8 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from webhook.kinds import KindSpec, Path, get_path
+from workloads.kinds import KindSpec
+from workloads.paths import Path, get_path
 
 
 def subject(obj: Any, path: Path) -> str:

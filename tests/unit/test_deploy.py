@@ -200,7 +200,7 @@ def test_rbac_is_least_privilege() -> None:
          "resourceNames": ["gpuguard"], "verbs": ["get", "patch"]},
     ]
     # `get` on exactly the kinds whose scale subresource gpuguard validates (the workload behind a Scale).
-    from webhook.kinds import KINDS
+    from workloads.kinds import KINDS
 
     gets = {(g, res) for r in role["rules"] if r["verbs"] == ["get"] for g in r["apiGroups"] for res in r["resources"]}
     assert gets == {(k.group, k.plural) for k in KINDS if k.scale_replicas}
@@ -271,6 +271,16 @@ def test_dev_overlay() -> None:
 
 
 # ---------------------------------------------------------------- Dockerfile
+
+
+def test_dockerfile_copies_every_package_pyproject_ships() -> None:
+    import tomllib
+
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
+        "include"]
+    text = (ROOT / "Dockerfile").read_text()
+    for package in (p.rstrip("*") for p in packages):
+        assert f"COPY {package}/ {package}/" in text, f"the image would be built without {package}/"
 
 
 def test_dockerfile_runs_gpuguard_as_non_root() -> None:

@@ -16,8 +16,8 @@ from webhook.config import ConfigError, load_config, parse_config_text
 from webhook.controllers import DEFAULT_TRUSTED_CONTROLLERS, api_group, parse_group_kind
 from webhook.decision import RequestContext
 from webhook.engine import MUTATED_BY_ANNOTATION, Engine
-from webhook.kinds import KINDS, lookup_group_kind
 from webhook.update import subject
+from workloads.kinds import KINDS, lookup_group_kind
 
 ENGINE = Engine(load_config())
 ALICE = RequestContext(username="alice", groups=("system:authenticated",), namespace="ml")

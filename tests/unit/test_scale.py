@@ -9,8 +9,8 @@ from webhook.admission import AdmissionRequest
 from webhook.config import load_config
 from webhook.decision import RequestContext
 from webhook.engine import Engine
-from webhook.kinds import KINDS
 from webhook.scale import ScaleError, as_workload_update, scalable_kind
+from workloads.kinds import KINDS
 
 ENGINE = Engine(load_config())
 

@@ -1,0 +1,140 @@
+"""What each policy is, for people: the data behind ``gpuguard policies``/``explain`` and report rules.
+
+Shared by the ``policies``/``explain`` commands (``webhook/policies_cmd.py``) and the audit
+formats, so it sits below both rather than inside the audit.
+
+Read from ``policies.REGISTRY`` and each policy's pydantic settings model, so the docs users
+see can never drift from what the engine runs.  SARIF rules, JUnit test names and the HTML
+report use the same catalog.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import orjson
+from pydantic import BaseModel, TypeAdapter
+from pydantic_core import PydanticUndefined
+
+from policies import REGISTRY, Policy
+
+_ACTION_HELP = ("enforce: deny (validating) or apply (mutating); warn: allow with a kubectl warning; "
+                "audit: allow, record only; off: skip")
+_SCALAR_NAMES = {str: "string", int: "integer", bool: "boolean", float: "number", type(None): "null"}
+_CONTAINER_NAMES = {list: "list", tuple: "list", set: "set", frozenset: "set", dict: "map"}
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """One config key of a policy: as written in the config file (camelCase)."""
+
+    name: str
+    type: str
+    default: str
+    description: str
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    id: str
+    title: str
+    phase: str  # mutating | validating
+    default_action: str
+    description: str
+    rationale: str
+    example: str
+    settings: tuple[SettingInfo, ...]
+
+    @property
+    def one_line(self) -> str:
+        return self.title or self.description.split(". ")[0]
+
+
+class UnknownPolicyError(LookupError):
+    """A policy id that is not in the registry; ``suggestions`` holds close matches."""
+
+    def __init__(self, policy_id: str, suggestions: list[str]):
+        self.policy_id = policy_id
+        self.suggestions = suggestions
+        hint = f"; did you mean {' or '.join(suggestions)}?" if suggestions else ""
+        super().__init__(f"unknown policy {policy_id!r}{hint} (`gpuguard policies` lists them)")
+
+
+def type_name(annotation: Any) -> str:
+    """A settings type as a config author reads it: ``map[string, list[Toleration]]``, ``"a" | "b"``."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return type_name(args[0])
+    if origin is Literal:
+        return " | ".join(orjson.dumps(a).decode() for a in args)
+    if origin in (Union, types.UnionType):
+        return " | ".join(type_name(a) for a in args)
+    if origin is not None:
+        name = _CONTAINER_NAMES.get(origin, getattr(origin, "__name__", str(origin)))
+        inner = [type_name(a) for a in args if a is not Ellipsis]
+        return f"{name}[{', '.join(inner)}]" if inner else name
+    if annotation in _SCALAR_NAMES:
+        return _SCALAR_NAMES[annotation]
+    if annotation in _CONTAINER_NAMES:
+        return _CONTAINER_NAMES[annotation]
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default_text(field: Any) -> str:
+    if field.default is PydanticUndefined and field.default_factory is None:
+        return "(required)"
+    value = field.get_default(call_default_factory=True)
+    try:
+        adapter = TypeAdapter(field.annotation)
+        plain = adapter.dump_python(value, mode="json", by_alias=True, exclude_none=True)
+    except Exception:  # an annotation pydantic can't adapt alone: show the Python value
+        return repr(value)
+    return orjson.dumps(plain).decode()
+
+
+def settings_of(model: type[BaseModel] | None) -> tuple[SettingInfo, ...]:
+    """Every field of a policy's settings model, by its config key."""
+    if model is None:
+        return ()
+    out = []
+    for name, field in model.model_fields.items():
+        description = " ".join((field.description or "").split())
+        if name == "action" and not description:
+            description = _ACTION_HELP
+        out.append(SettingInfo(field.alias or name, type_name(field.annotation), _default_text(field),
+                               description))
+    return tuple(out)
+
+
+def _info(policy: Policy) -> PolicyInfo:
+    return PolicyInfo(
+        id=policy.id,
+        title=policy.title,
+        phase=policy.phase,
+        default_action=policy.default_action,
+        description=" ".join(policy.description.split()),
+        rationale=" ".join(policy.rationale.split()),
+        example=policy.example,
+        settings=settings_of(policy.settings_model),
+    )
+
+
+def load_catalog() -> dict[str, PolicyInfo]:
+    """Every registered policy, in engine order."""
+    return {pid: _info(policy) for pid, policy in REGISTRY.items()}
+
+
+def find(catalog: dict[str, PolicyInfo], policy_id: str) -> PolicyInfo:
+    """The policy ``policy_id``, or ``UnknownPolicyError`` with close matches (by id and title)."""
+    if policy_id in catalog:
+        return catalog[policy_id]
+    lowered = policy_id.strip().lower().replace("_", "-").replace(" ", "-")
+    if lowered in catalog:
+        return catalog[lowered]
+    ids = list(catalog)
+    suggestions = difflib.get_close_matches(lowered, ids, n=3, cutoff=0.5)
+    suggestions += [pid for pid in ids if lowered and lowered in pid and pid not in suggestions][:3]
+    raise UnknownPolicyError(policy_id, suggestions[:3])
