@@ -310,8 +310,6 @@ KINDS: tuple[KindSpec, ...] = (
 
 _BY_GROUP_KIND: dict[tuple[str, str], KindSpec] = {k.api_group_kind: k for k in KINDS}
 _BY_GROUP_PLURAL: dict[tuple[str, str], KindSpec] = {(k.group, k.plural): k for k in KINDS}
-# Controllers whose pods (via ownerReferences) gpuguard treats as already checked.
-CONTROLLER_KINDS = frozenset({"Job", "ReplicaSet", "StatefulSet", "DaemonSet"})
 
 
 def group_of(api_version: Any) -> str:
