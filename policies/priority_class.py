@@ -21,6 +21,7 @@ from workloads.view import WorkloadView
 class Settings(PolicySettings):
     classes: dict[str, str] = Field(
         default_factory=lambda: {"inference": "inference-critical", "training": "training-standard",
+                                 "batch-inference": "training-standard", "smoke-test": "training-standard",
                                  "notebook": "notebook-dev"},
         description="Workload class -> PriorityClass name.")
     gpu_only: bool = Field(True, description="Only set it on workloads that request GPUs.")

@@ -36,11 +36,15 @@ class ConfigError(Exception):
     """A config file gpuguard refuses; the message is ``file:line: reason``."""
 
 
+WorkloadClass = Literal["training", "inference", "batch-inference", "notebook", "smoke-test"]
+
+
 class WorkloadClasses(ConfigModel):
-    by_kind: dict[str, Literal["training", "inference", "notebook"]] = Field(
+    by_kind: dict[str, WorkloadClass] = Field(
         default_factory=dict, description="Kind -> workload class, overriding the built-in defaults.")
-    allow_label_override: bool = Field(False, description="Let the label gpuguard.io/workload-class choose the "
-                                       "class (off: users could claim the inference priority).")
+    allow_label_override: bool = Field(True, description="Let users declare the class with the label "
+                                       "gpuguard.io/workload-class; the workload-class policy keeps the "
+                                       "priority a declaration can reach within what the namespace allows.")
 
 
 class Exemptions(ConfigModel):

@@ -72,7 +72,11 @@ class Engine:
             labels = _meta(obj).get("labels")
             if isinstance(labels, dict) and labels.get(WORKLOAD_CLASS_LABEL) in WORKLOAD_CLASSES:
                 return labels[WORKLOAD_CLASS_LABEL]
-        return settings.by_kind.get(kind.kind, kind.default_class)
+        return self.kind_class(kind)
+
+    def kind_class(self, kind: kinds.KindSpec) -> str:
+        """The class a kind gets when nobody declares one: the admin's byKind, else the kind table's."""
+        return self.config.workload_classes.by_kind.get(kind.kind, kind.default_class)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, obj: Any, ctx: RequestContext | None = None, *, plain_json: bool = False) -> Decision:
@@ -145,7 +149,7 @@ class Engine:
         decision.original = original
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
         workload_class = self.classify(work, kind, origin)
-        view = build_view(work, kind, self.config.is_gpu_resource, workload_class)
+        view = build_view(work, kind, self.config.is_gpu_resource, workload_class, self.kind_class(kind))
         decision.workload_class = workload_class
         decision.gpus = view.total_gpus
         decision.gpus_by_resource = view.gpus_by_resource()

@@ -38,7 +38,12 @@ class TemplateRef:
     role: str
     spec_path: Path
     meta_path: Path | None
-    replicas: int
+    replicas: int  # the most pods it can make at once (autoscaling maximums included)
+    # Keys of the PodSpec that hold one container each (KServe's ``predictor.model``, ``pytorch`` …).
+    container_keys: tuple[str, ...] = ()
+    # Served through Knative (True), not (False), or by the cluster's default mode (None): Knative
+    # refuses pod fields whose feature flag is off (tolerations, affinity, priorityClassName …).
+    knative: bool | None = False
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,8 @@ class JobFields:
     ttl: Path | None = None
     deadline: Path | None = None
     backoff: Path | None = None
-    # RayJob: ttlSecondsAfterFinished only works with shutdownAfterJobFinishes: true.
+    # RayJob: ttlSecondsAfterFinished only works with shutdownAfterJobFinishes: true, which is off by
+    # default (the RayCluster outlives the job).  job-ttl sets it true unless the user set it false.
     ttl_requires_true: Path | None = None
     # The apiserver defaults Job.spec.backoffLimit to 6 before admission webhooks run, so a
     # webhook can't tell "unset" from "6": that value counts as unset.
@@ -201,6 +207,7 @@ def _volcano(obj: dict) -> Iterator[TemplateRef]:
 
 def _ray_groups(prefix: Path):
     def locate(obj: dict) -> Iterator[TemplateRef]:
+        autoscaling = get_path(obj, prefix + ("enableInTreeAutoscaling",)) is True
         head = prefix + ("headGroupSpec", "template")
         if isinstance(get_path(obj, head), dict):
             yield TemplateRef("head", head + ("spec",), head + ("metadata",), 1)
@@ -211,17 +218,27 @@ def _ray_groups(prefix: Path):
                     continue
                 base = prefix + ("workerGroupSpecs", i, "template")
                 replicas = max(_int(group.get("replicas")), _int(group.get("minReplicas"), 0))
+                if autoscaling:  # the autoscaler may grow the group to maxReplicas
+                    replicas = max(replicas, _int(group.get("maxReplicas"), 0))
                 yield TemplateRef(str(group.get("groupName", f"worker-{i}")), base + ("spec",), base + ("metadata",),
                                   replicas * _int(group.get("numOfHosts")))
 
     return locate
 
 
-def _rayjob(obj: dict) -> Iterator[TemplateRef]:
-    yield from _ray_groups(("spec", "rayClusterSpec"))(obj)
-    sub = ("spec", "submitterPodTemplate")
-    if isinstance(get_path(obj, sub), dict):
-        yield TemplateRef("submitter", sub + ("spec",), sub + ("metadata",), 1)
+def _rayjob_at(prefix: Path):
+    """A RayJob spec at ``prefix``: its RayCluster's groups and the submitter pod."""
+
+    def locate(obj: dict) -> Iterator[TemplateRef]:
+        yield from _ray_groups(prefix + ("rayClusterSpec",))(obj)
+        sub = prefix + ("submitterPodTemplate",)
+        if isinstance(get_path(obj, sub), dict):
+            yield TemplateRef("submitter", sub + ("spec",), sub + ("metadata",), 1)
+
+    return locate
+
+
+_rayjob = _rayjob_at(("spec",))
 
 
 def _lws(obj: dict) -> Iterator[TemplateRef]:
@@ -236,15 +253,61 @@ def _lws(obj: dict) -> Iterator[TemplateRef]:
     yield TemplateRef("worker", base + ("workerTemplate", "spec"), base + ("workerTemplate", "metadata"), workers)
 
 
+# KServe components inline a PodSpec, plus one container under each framework key (its
+# predictor.model form, the framework forms, the explainers): each is a full container.
+_KSERVE_CONTAINER_KEYS = {
+    "predictor": ("model", "sklearn", "xgboost", "tensorflow", "pytorch", "triton", "onnx", "huggingface", "pmml",
+                  "lightgbm", "paddle"),
+    "transformer": (),
+    "explainer": ("art", "alibi", "aix"),
+}
+KSERVE_MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
+
+
+def _kserve_knative(obj: dict) -> bool | None:
+    """Knative-served (Serverless/Knative), not (RawDeployment/Standard/ModelMesh), or the cluster default."""
+    mode = get_path(obj, ("metadata", "annotations", KSERVE_MODE_ANNOTATION))
+    if mode in ("Serverless", "Knative"):
+        return True
+    if mode in ("RawDeployment", "Standard", "ModelMesh"):
+        return False
+    return None
+
+
 def _kserve(obj: dict) -> Iterator[TemplateRef]:
-    for component in ("predictor", "transformer", "explainer"):
+    knative = _kserve_knative(obj)
+    for component, keys in _KSERVE_CONTAINER_KEYS.items():
         comp = get_path(obj, ("spec", component))
         if not isinstance(comp, dict):
             continue
-        replicas = max(_int(comp.get("minReplicas")), 1)
-        yield TemplateRef(component, ("spec", component), None, replicas)
-        if isinstance(comp.get("workerSpec"), dict):
-            yield TemplateRef(f"{component}-worker", ("spec", component, "workerSpec"), None, replicas)
+        # minReplicas defaults to 1; maxReplicas (0 = unset) is how far the autoscaler may go.
+        replicas = max(_int(comp.get("minReplicas")), 1, _int(comp.get("maxReplicas"), 0))
+        yield TemplateRef(component, ("spec", component), None, replicas, keys, knative)
+        worker = comp.get("workerSpec")
+        if isinstance(worker, dict):
+            # Multi-node serving: one head pod plus a worker Deployment of (nodes - 1) pods, nodes being
+            # the pipeline-parallel size in the usual one-node-per-stage layout (raw deployment only).
+            nodes = _int(worker.get("pipelineParallelSize"))
+            yield TemplateRef(f"{component}-worker", ("spec", component, "workerSpec"), None, max(nodes - 1, 1),
+                              knative=False)
+
+
+def _llm_inference(obj: dict) -> Iterator[TemplateRef]:
+    """LLMInferenceService: the main (decode) workload at ``spec`` and an optional ``spec.prefill``, each
+    with a ``template`` PodSpec and, multi-node, a ``worker`` PodSpec (served by LeaderWorkerSets)."""
+    for role, prefix in (("main", ("spec",)), ("prefill", ("spec", "prefill"))):
+        workload = get_path(obj, prefix)
+        if not isinstance(workload, dict):
+            continue
+        scaling = workload.get("scaling") if isinstance(workload.get("scaling"), dict) else {}
+        replicas = _int(workload.get("replicas")) if "replicas" in workload else max(
+            _int(scaling.get("minReplicas")), _int(scaling.get("maxReplicas"), 0))
+        if isinstance(workload.get("template"), dict):
+            yield TemplateRef(role, prefix + ("template",), None, replicas)
+        if isinstance(workload.get("worker"), dict):
+            parallelism = workload.get("parallelism") if isinstance(workload.get("parallelism"), dict) else {}
+            nodes = _int(parallelism.get("pipeline"))
+            yield TemplateRef(f"{role}-worker", prefix + ("worker",), None, replicas * max(nodes - 1, 1))
 
 
 _RUN_POLICY = JobFields(ttl=("spec", "runPolicy", "ttlSecondsAfterFinished"),
@@ -272,7 +335,9 @@ KINDS: tuple[KindSpec, ...] = (
     KindSpec("batch", "CronJob", "cronjobs", ("v1",), "training", _cronjob,
              JobFields(ttl=("spec", "jobTemplate", "spec", "ttlSecondsAfterFinished"),
                        deadline=("spec", "jobTemplate", "spec", "activeDeadlineSeconds"),
-                       backoff=("spec", "jobTemplate", "spec", "backoffLimit"), backoff_api_default=6),
+                       # Unlike a Job's, a CronJob's job template is not defaulted before admission: an
+                       # explicit backoffLimit: 6 is the user's.
+                       backoff=("spec", "jobTemplate", "spec", "backoffLimit")),
              gang=_GANG),
     KindSpec("apps", "Deployment", "deployments", ("v1",), "inference", _template(("spec",), ("spec", "replicas")),
              scale_replicas=("spec", "replicas")),
@@ -306,6 +371,13 @@ KINDS: tuple[KindSpec, ...] = (
     KindSpec("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", ("v1",), "inference", _lws,
              scale_replicas=("spec", "replicas")),
     KindSpec("serving.kserve.io", "InferenceService", "inferenceservices", ("v1beta1",), "inference", _kserve),
+    KindSpec("serving.kserve.io", "LLMInferenceService", "llminferenceservices", ("v1alpha1",), "inference",
+             _llm_inference),
+    KindSpec("ray.io", "RayService", "rayservices", ("v1",), "inference", _ray_groups(("spec", "rayClusterConfig"))),
+    KindSpec("ray.io", "RayCronJob", "raycronjobs", ("v1",), "training", _rayjob_at(("spec", "jobTemplate")),
+             JobFields(ttl=("spec", "jobTemplate", "ttlSecondsAfterFinished"),
+                       deadline=("spec", "jobTemplate", "activeDeadlineSeconds"),
+                       ttl_requires_true=("spec", "jobTemplate", "shutdownAfterJobFinishes"))),
 )
 
 _BY_GROUP_KIND: dict[tuple[str, str], KindSpec] = {k.api_group_kind: k for k in KINDS}

@@ -179,7 +179,8 @@ def test_message_names_policy_path_container_and_fix():
     text = next(v.text for v in decision.violations if v.policy == "checkpoint-volume")
     assert text == ("[checkpoint-volume] spec.template.spec.containers[0] (trainer): GPU training job has no "
                     "persistent volume for checkpoints; mount a persistentVolumeClaim (e.g. at /checkpoints) or "
-                    "set CHECKPOINT_URI to an object store.")
+                    "set CHECKPOINT_URI to an object store; or, for a short run (smoke test, benchmark, "
+                    "evaluation), set spec.activeDeadlineSeconds <= 14400 so at most 4 GPU-hours are at risk.")
 
 
 def test_owner_reference_alone_grants_nothing():

@@ -90,11 +90,15 @@ def test_controller_false_reference_is_not_a_controller():
 
 def test_forged_deployment_owner_and_notebook_label_choose_no_class():
     pod = owned(make("Pod", bare_pod_spec(16)), ("apps", "Deployment"))
-    pod["metadata"]["labels"] = {"notebook-name": "mine", "gpuguard.io/workload-class": "inference"}
+    pod["metadata"]["labels"] = {"notebook-name": "mine"}
     pod["spec"]["priorityClassName"] = "inference-critical"
     decision = ENGINE.evaluate(pod, ALICE)
     assert decision.workload_class == "training"
     assert {"priority-abuse", "checkpoint-volume", "gpu-request-shape"} <= {v.policy for v in decision.denials}
+    # Declaring the class by label is the user's way to correct it, but it cannot buy inference priority.
+    pod["metadata"]["labels"]["gpuguard.io/workload-class"] = "inference"
+    declared = ENGINE.evaluate(pod, ALICE)
+    assert "workload-class" in {v.policy for v in declared.denials}
 
 
 def test_parent_class_follows_the_trusted_owner():

@@ -102,6 +102,21 @@ def make(kind: str, spec: dict, replicas: int = 1, name: str = "w", namespace: s
                                         "size": replicas, "workerTemplate": t}}},
         "InferenceService": lambda: {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
                                      "metadata": meta, "spec": {"predictor": copy.deepcopy(spec)}},
+        "LLMInferenceService": lambda: {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "LLMInferenceService",
+                                        "metadata": meta, "spec": {"model": {"uri": "hf://example/model"},
+                                                                   "replicas": replicas,
+                                                                   "template": copy.deepcopy(spec)}},
+        "RayService": lambda: {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": meta,
+                               "spec": {"rayClusterConfig": {"headGroupSpec": {"template": t},
+                                                             "workerGroupSpecs": [{"groupName": "gpu",
+                                                                                   "replicas": replicas,
+                                                                                   "template": _tmpl(spec)}]}}},
+        "RayCronJob": lambda: {"apiVersion": "ray.io/v1", "kind": "RayCronJob", "metadata": meta,
+                               "spec": {"schedule": "0 3 * * *", "jobTemplate": {
+                                   "entrypoint": "python train.py", "shutdownAfterJobFinishes": True,
+                                   "rayClusterSpec": {"headGroupSpec": {"template": t},
+                                                      "workerGroupSpecs": [{"groupName": "gpu", "replicas": replicas,
+                                                                            "template": _tmpl(spec)}]}}}},
     }
     return builders[kind]()
 
