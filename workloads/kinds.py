@@ -73,6 +73,9 @@ class Gang:
 
     operator_policy: Path | None = None
     own_scheduler: Path | None = None
+    # Where the kind says how many pods must start together (Volcano Job ``spec.minAvailable``;
+    # default, when unset or 0: all of them).  Kubeflow's is ``minAvailable`` in ``operator_policy``.
+    min_available: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -321,7 +324,8 @@ def _kubeflow(kind: str, plural: str, replica_specs: str, versions: tuple[str, .
     """A Kubeflow training-operator job: roles under ``<x>ReplicaSpecs``, limits, gang scheduling and
     priority under ``runPolicy`` (``schedulingPolicy`` makes the operator create a PodGroup)."""
     return KindSpec("kubeflow.org", kind, plural, versions, "training", _replica_map(replica_specs), _RUN_POLICY,
-                    gang=Gang(operator_policy=("spec", "runPolicy", "schedulingPolicy")),
+                    gang=Gang(operator_policy=("spec", "runPolicy", "schedulingPolicy"),
+                              min_available=("spec", "runPolicy", "schedulingPolicy", "minAvailable")),
                     priority_class_paths=(("spec", "runPolicy", "schedulingPolicy", "priorityClass"),))
 
 
@@ -362,7 +366,8 @@ KINDS: tuple[KindSpec, ...] = (
              immutable=(("spec", "replicatedJobs"),)),
     KindSpec("batch.volcano.sh", "Job", "jobs", ("v1alpha1",), "training", _volcano,
              JobFields(ttl=("spec", "ttlSecondsAfterFinished"), backoff=("spec", "maxRetry")),
-             gang=Gang(own_scheduler=("spec", "schedulerName")), priority_class_paths=(("spec", "priorityClassName"),),
+             gang=Gang(own_scheduler=("spec", "schedulerName"), min_available=("spec", "minAvailable")),
+             priority_class_paths=(("spec", "priorityClassName"),),
              claims=ClaimSource(("spec", "volumes"), "volcano-volumes"), immutable=(("spec", "tasks"),)),
     KindSpec("ray.io", "RayJob", "rayjobs", ("v1",), "training", _rayjob,
              JobFields(ttl=("spec", "ttlSecondsAfterFinished"), deadline=("spec", "activeDeadlineSeconds"),
