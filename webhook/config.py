@@ -22,6 +22,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from policies import REGISTRY, MutatingPolicy, PolicySettings, ValidatingPolicy
 from policies.base import ConfigModel
+from webhook import knative
 from webhook.admission import DEFAULT_MAX_BODY_BYTES
 from webhook.controllers import DEFAULT_TRUSTED_CONTROLLERS, TrustedControllers, parse_group_kind
 from workloads.view import WORKLOAD_CLASSES
@@ -108,6 +109,15 @@ class Cost(ConfigModel):
         "per GPU-hour; used when a workload pins a product.")
 
 
+class KServe(ConfigModel):
+    default_deployment_mode: Literal["Serverless", "Knative", "RawDeployment", "Standard"] = Field(
+        "Serverless", description="The cluster's KServe default deployment mode (inferenceservice-config); applies "
+        "to InferenceServices without the serving.kserve.io/deploymentMode annotation.")
+    knative_features: list[str] = Field(
+        default_factory=list, description="Knative config-features enabled on the cluster (e.g. "
+        "kubernetes.podspec-tolerations): gpuguard sets those pod fields on Knative-served templates.")
+
+
 class ConfigFile(ConfigModel):
     api_version: str = "gpuguard.io/v1alpha1"
     kind: Literal["GpuguardConfig"] = CONFIG_KIND
@@ -128,6 +138,7 @@ class ConfigFile(ConfigModel):
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     profiles: list[Profile] = Field(default_factory=list)
     cost: Cost = Field(default_factory=Cost)
+    kserve: KServe = Field(default_factory=KServe)
 
 
 def compile_controllers(overrides: dict[str, TrustedController]) -> TrustedControllers:
@@ -186,6 +197,8 @@ class Config:
         self._exempt_groups = frozenset(raw.exemptions.groups)
         self._exempt_namespaces = tuple(raw.exemptions.namespaces)
         self.controllers = compile_controllers(raw.trusted_controllers)
+        self.knative_default = raw.kserve.default_deployment_mode in ("Serverless", "Knative")
+        self.knative_gated = knative.gated(frozenset(raw.kserve.knative_features))
         self.is_gpu_resource = lru_cache(maxsize=1024)(self._is_gpu_resource)
 
     def _is_gpu_resource(self, name: str) -> bool:

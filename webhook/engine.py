@@ -20,12 +20,14 @@ Decision with ``error`` set, and the config's ``failureMode`` decides whether it
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
 import orjson
 
 from policies.base import Finding, MutatingPolicy, PolicySettings
+from webhook import knative
 from webhook.config import Config, PolicySet
 from webhook.controllers import ControllerOrigin
 from webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violation
@@ -156,10 +158,16 @@ class Engine:
 
         if mutating:
             assert raw is not None
+            served = self._knative_templates(view)
             for policy, settings in policy_set.mutating:
                 if settings.action == "enforce":
+                    before = [copy.deepcopy(t.spec) for t in served]
                     if policy.run(view, settings):
-                        decision.mutated_by.append(policy.id)
+                        taken_back = self._knative_take_back(policy.id, served, before)
+                        decision.violations.extend(taken_back)
+                        # A policy whose every change Knative would refuse changed nothing after all.
+                        if not taken_back or any(t.spec != b for t, b in zip(served, before, strict=True)):
+                            decision.mutated_by.append(policy.id)
                 else:
                     decision.violations.extend(self._would_mutate(policy, settings, kind, raw, ctx, workload_class))
             old = ctx.old_object
@@ -183,6 +191,24 @@ class Engine:
         return decision
 
     # ------------------------------------------------------------------ mutation helpers
+    def _knative_templates(self, view: WorkloadView) -> list:
+        """Templates Knative will serve, when some pod fields are gated (``webhook.knative``)."""
+        if not self.config.knative_gated:
+            return []
+        return [t for t in view.templates
+                if t.ref.knative is True or (t.ref.knative is None and self.config.knative_default)]
+
+    def _knative_take_back(self, policy_id: str, served: list, before: list[dict]) -> list[Violation]:
+        out = []
+        for template, spec_before in zip(served, before, strict=True):
+            snap = knative.snapshot(spec_before, self.config.knative_gated)
+            restored = knative.take_back(template.spec, snap, self.config.knative_gated)
+            if restored:
+                text, fix = knative.message(template.spec_path, restored)
+                out.append(Violation(policy_id, "warn", dotted(template.spec_path), text, fix,
+                                     subject=dotted(template.spec_path)))
+        return out
+
     def _mutated_copy(self, obj: dict, kind: kinds.KindSpec, ctx: RequestContext, policy_set: PolicySet) -> dict:
         """A copy of ``obj`` after the enforcing mutating policies: what gpuguard makes of it."""
         scratch = _copy(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))

@@ -100,8 +100,11 @@ def make(kind: str, spec: dict, replicas: int = 1, name: str = "w", namespace: s
                                     "metadata": meta,
                                     "spec": {"replicas": 1, "leaderWorkerTemplate": {
                                         "size": replicas, "workerTemplate": t}}},
+        # Raw deployment: every pod field is allowed (Knative-served predictors: tests/policies/*/kserve*).
         "InferenceService": lambda: {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-                                     "metadata": meta, "spec": {"predictor": copy.deepcopy(spec)}},
+                                     "metadata": {**meta, "annotations": {
+                                         "serving.kserve.io/deploymentMode": "RawDeployment"}},
+                                     "spec": {"predictor": copy.deepcopy(spec)}},
         "LLMInferenceService": lambda: {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "LLMInferenceService",
                                         "metadata": meta, "spec": {"model": {"uri": "hf://example/model"},
                                                                    "replicas": replicas,
