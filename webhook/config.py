@@ -59,6 +59,8 @@ class Exemptions(ConfigModel):
 class ControllerEdge(ConfigModel):
     owner: str = Field(description="GroupKind of the controlling owner, e.g. apps/ReplicaSet or Pod.")
     kind: str = Field(description="GroupKind of the object the controller creates for it, e.g. Pod.")
+    mutate: bool = Field(False, description="Still mutate what it creates (only for controllers that compare "
+                         "nothing gpuguard adds, e.g. the Kubeflow Trainer's JobSets).")
 
     @field_validator("owner", "kind")
     @classmethod
@@ -146,7 +148,8 @@ def compile_controllers(overrides: dict[str, TrustedController]) -> TrustedContr
     entries = {name: TrustedController.model_validate(body) for name, body in DEFAULT_TRUSTED_CONTROLLERS.items()}
     entries.update(overrides)
     return TrustedControllers({
-        name: (entry.usernames(), [(parse_group_kind(e.owner), parse_group_kind(e.kind)) for e in entry.creates])
+        name: (entry.usernames(),
+               [(parse_group_kind(e.owner), parse_group_kind(e.kind), e.mutate) for e in entry.creates])
         for name, entry in entries.items()
     })
 

@@ -85,10 +85,13 @@ DEFAULT_TRUSTED_CONTROLLERS: dict[str, dict[str, Any]] = {
         "creates": [{"owner": "kubeflow.org/MPIJob", "kind": "Pod"},
                     {"owner": "kubeflow.org/MPIJob", "kind": "batch/Job"}],
     },
-    # Kubeflow Trainer v2 (kubeflow-system): a TrainJob becomes a JobSet.
+    # Kubeflow Trainer v2 (kubeflow-system): a TrainJob becomes a JobSet built from its runtime.  gpuguard
+    # judged the TrainJob (with its runtime) at kubectl apply, but the JobSet is the first object that
+    # holds the pod templates, so it is mutated (the Trainer applies it server-side and compares nothing
+    # gpuguard adds) and not validated again.
     "kubeflow-trainer": {
         "users": ["system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"],
-        "creates": [{"owner": "trainer.kubeflow.org/TrainJob", "kind": "jobset.x-k8s.io/JobSet"}],
+        "creates": [{"owner": "trainer.kubeflow.org/TrainJob", "kind": "jobset.x-k8s.io/JobSet", "mutate": True}],
     },
     # Kubeflow notebook controller: a Notebook becomes a StatefulSet.
     "kubeflow-notebook-controller": {
@@ -143,6 +146,7 @@ class ControllerOrigin:
     controller: str  # the trustedControllers entry name
     owner: GroupKind
     owner_name: str
+    mutate: bool = False  # the controller's objects still get gpuguard's mutations (see the table)
 
     @property
     def reason(self) -> str:
@@ -155,15 +159,14 @@ class ControllerOrigin:
 class TrustedControllers:
     """The compiled table: (username, owner GroupKind, created GroupKind) -> controller name."""
 
-    def __init__(self, entries: Mapping[str, tuple[Iterable[str], Iterable[tuple[GroupKind, GroupKind]]]]):
-        self._edges: dict[tuple[str, GroupKind, GroupKind], str] = {}
-        self._users: frozenset[str] = frozenset()
+    def __init__(self, entries: Mapping[str, tuple[Iterable[str], Iterable[tuple[GroupKind, GroupKind, bool]]]]):
+        self._edges: dict[tuple[str, GroupKind, GroupKind], tuple[str, bool]] = {}
         users: set[str] = set()
         for name, (usernames, edges) in entries.items():
             for user in usernames:
                 users.add(user)
-                for owner, child in edges:
-                    self._edges.setdefault((user, owner, child), name)
+                for owner, child, mutate in edges:
+                    self._edges.setdefault((user, owner, child), (name, mutate))
         self._users = frozenset(users)
 
     def is_controller(self, username: str) -> bool:
@@ -183,8 +186,8 @@ class TrustedControllers:
             if not isinstance(ref, dict) or ref.get("controller") is not True:
                 continue
             owner = (api_group(ref.get("apiVersion")), ref.get("kind"))
-            name = self._edges.get((username, owner, child))  # type: ignore[arg-type]
-            if name is not None:
-                return ControllerOrigin(name, owner, str(ref.get("name", "")))
+            edge = self._edges.get((username, owner, child))  # type: ignore[arg-type]
+            if edge is not None:
+                return ControllerOrigin(edge[0], owner, str(ref.get("name", "")), edge[1])
             return None  # one controller reference only: a wrong one grants nothing
         return None

@@ -6,6 +6,7 @@ import it cheaply and render the same decision its own way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,10 @@ class RequestContext:
     # `evaluate` and `audit` do both (validation then sees the mutated object, as the apiserver does).
     mutate: bool = True
     validate: bool = True
+    # Reads another object a workload names (a TrainJob's runtime): (group, kind, namespace or None,
+    # name) -> the object, or None when unknown.  The server serves it from its cache, the audit from
+    # its input or the cluster; None here means nothing can be looked up.
+    lookup: Callable[[str, str, str | None, str], dict | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -114,17 +115,23 @@ class Engine:
         if exempt:
             decision.skipped = exempt
             return decision
+        if kind.runtime is not None:
+            return self._evaluate_through_runtime(decision, kind, obj, ctx)
         origin = self.config.controllers.origin(obj, ctx.username) if ctx.username else None
         if origin is not None:
             decision.workload_class = self.classify(obj, kind, origin)
-            if self.config.trust_controller_pods or not ctx.validate:
+            if self.config.trust_controller_pods and origin.mutate:
+                ctx = replace(ctx, validate=False)  # mutated below, judged already in its parent
+            elif self.config.trust_controller_pods or not ctx.validate:
                 decision.skipped = origin.reason
                 return decision
-        # What a controller made is never mutated: it must equal its parent's template.  Nor is what
-        # a controller updates (the Deployment controller's revision annotation on a Deployment):
-        # a config change must not roll out every Deployment behind its owner's back.
-        mutating = ctx.mutate and ctx.operation in MUTATING_OPERATIONS and origin is None and not (
-            ctx.operation == "UPDATE" and self.config.controllers.is_controller(ctx.username))
+        # What a controller made is never mutated (it must equal its parent's template) unless its
+        # edge says the controller compares nothing gpuguard adds.  Nor is what a controller updates
+        # (the Deployment controller's revision annotation on a Deployment): a config change must
+        # not roll out every Deployment behind its owner's back.
+        mutating = ctx.mutate and ctx.operation in MUTATING_OPERATIONS and (
+            origin.mutate if origin is not None else not (
+                ctx.operation == "UPDATE" and self.config.controllers.is_controller(ctx.username)))
         try:
             if plain_json and not mutating:
                 # Validation only reads: the caller's plain-JSON object is both sides, no copy at all.
@@ -139,6 +146,43 @@ class Engine:
                       decision.name, type(exc).__name__, exc)
             log.debug("policy evaluation traceback", exc_info=True)
             return self._fail(decision, f"internal error while evaluating ({type(exc).__name__})")
+
+    def _evaluate_through_runtime(self, decision: Decision, kind: kinds.KindSpec, obj: dict,
+                                  ctx: RequestContext) -> Decision:
+        """A kind that names its pod templates elsewhere (a TrainJob and its runtime): judge what they make.
+
+        The object is not mutated (its templates are not in it; the JobSet its controller creates from
+        them is, see ``webhook.controllers``).  Validation resolves the runtime through ``ctx.lookup``,
+        builds the object the operator will create, runs every policy on it as on any workload, and
+        reports the findings on the named object, prefixed with where in the runtime they are.
+        """
+        assert kind.runtime is not None
+        if not ctx.validate:
+            decision.skipped = (f"{kind.kind}: judged by validation with its runtime; the JobSet its controller "
+                                "creates is mutated")
+            return decision
+        key = kinds.runtime_of(obj, kind.runtime, decision.namespace)
+        runtime = ctx.lookup(*key) if ctx.lookup and key else None
+        if runtime is None:
+            where = "it names no runtime" if key is None else f"{key[1]} {key[3]!r} not found"
+            decision.error = f"its runtime could not be read ({where}), so its pods could not be checked"
+            decision.allowed = self.config.failure_mode == "open"
+            return decision
+        made = kind.runtime.expand(obj, runtime)
+        inner = self.evaluate(made, replace(ctx, operation="CREATE", old_object=None, mutate=True, validate=True))
+        if inner.error or inner.skipped:
+            decision.error, decision.skipped = inner.error, inner.skipped
+            decision.allowed = inner.allowed
+            return decision
+        assert key is not None
+        prefix = f"runtime {key[1]} {key[3]}: "
+        decision.violations = [replace(v, path=prefix + v.path) for v in inner.violations]
+        decision.workload_class, decision.gpus = inner.workload_class, inner.gpus
+        decision.gpus_by_resource = inner.gpus_by_resource
+        if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
+            decision.violations = self._new_in_update(decision.violations, ctx)
+        decision.allowed = not decision.denials
+        return decision
 
     def _fail(self, decision: Decision, reason: str) -> Decision:
         decision.error = reason

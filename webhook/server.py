@@ -28,7 +28,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from webhook import admission, logs, metrics, reload, scale
+from webhook import admission, logs, lookup, metrics, reload, scale
 from webhook.admission import DEFAULT_MAX_BODY_BYTES, AdmissionRequest, ReviewError
 from webhook.decision import Decision, RequestContext
 
@@ -103,6 +103,7 @@ class Runtime:
         self.tls: reload.TlsState | None = None
         self.namespaces: NamespaceLabels | None = None
         self.workloads = scale.WorkloadReader(settings.kubeconfig)
+        self.objects = lookup.ApiLookup(settings.kubeconfig)  # TrainJob runtimes, read before the engine
 
     async def namespace_labels(self, req: AdmissionRequest) -> dict[str, str]:
         if self.namespaces is None or not _profiles_use_labels(self.active.config):
@@ -225,7 +226,8 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _context(req: AdmissionRequest, endpoint: str, labels: dict[str, str]) -> RequestContext:
+def _context(req: AdmissionRequest, endpoint: str, labels: dict[str, str],
+             objects: lookup.ApiLookup | None = None) -> RequestContext:
     return RequestContext(
         operation=req.operation,
         namespace=req.namespace,
@@ -235,6 +237,7 @@ def _context(req: AdmissionRequest, endpoint: str, labels: dict[str, str]) -> Re
         old_object=req.old_object if req.operation == "UPDATE" and isinstance(req.old_object, dict) else None,
         mutate=endpoint == "mutate",
         validate=endpoint == "validate",
+        lookup=objects.cached if objects is not None else None,
     )
 
 
@@ -275,7 +278,7 @@ def answer(runtime: Runtime, endpoint: str, req: AdmissionRequest,
         return admission.allow(req.uid), Outcome("allowed", skipped=skip)
     try:
         # The object comes straight from orjson and is never modified: no defensive copy needed.
-        ctx = _context(req, endpoint, labels or {})
+        ctx = _context(req, endpoint, labels or {}, runtime.objects)
         decision: Decision = runtime.active.engine.evaluate(req.object, ctx, plain_json=True)
     except Exception as exc:
         logs.server_logger().error("engine raised; answering per failureMode",
@@ -314,6 +317,12 @@ async def handle_review(request: Request, endpoint: str) -> Response:
         return _json(exc.status, {"error": exc.reason})
     skip = _skip_reason(endpoint, req)
     labels = await runtime.namespace_labels(req) if skip is None else {}
+    if skip is None and endpoint == "validate":
+        # A TrainJob is judged with its runtime: read it (cached) before the engine, off the event loop.
+        for obj in (req.object, req.old_object):
+            key = lookup.runtime_key(obj, req.namespace)
+            if key is not None:
+                await asyncio.to_thread(runtime.objects.fetch, key)
     try:
         judged = await _as_workload_update(runtime, req) if skip is None and req.sub_resource == "scale" else req
     except scale.ScaleError as exc:

@@ -199,11 +199,13 @@ def test_rbac_is_least_privilege() -> None:
          "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
          "resourceNames": ["gpuguard"], "verbs": ["get", "patch"]},
     ]
-    # `get` on exactly the kinds whose scale subresource gpuguard validates (the workload behind a Scale).
+    # `get` on exactly the kinds whose scale subresource gpuguard validates (the workload behind a Scale)
+    # and the runtimes a TrainJob names.
     from workloads.kinds import KINDS
 
     gets = {(g, res) for r in role["rules"] if r["verbs"] == ["get"] for g in r["apiGroups"] for res in r["resources"]}
-    assert gets == {(k.group, k.plural) for k in KINDS if k.scale_replicas}
+    runtimes = {(k.runtime.group, plural) for k in KINDS if k.runtime for _, _, plural in k.runtime.resources}
+    assert gets == {(k.group, k.plural) for k in KINDS if k.scale_replicas} | runtimes
     binding = one(objects, "ClusterRoleBinding", "gpuguard")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": "gpuguard"}

@@ -170,14 +170,15 @@ def evaluate_all(pairs: Iterable[tuple[Document, RequestContext | None]], evalua
 
 
 def file_context(obj: dict | None, default_namespace: str | None,
-                 namespace_labels: dict[str, str] | None = None) -> RequestContext:
+                 namespace_labels: dict[str, str] | None = None,
+                 lookup: Callable[[str, str, str | None, str], dict | None] | None = None) -> RequestContext:
     """How a manifest would reach the webhook: a CREATE in its namespace (or the default one)."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     namespace = meta.get("namespace") if isinstance(meta, dict) else None
     if not isinstance(namespace, str) or not namespace:
         namespace = default_namespace
     return RequestContext(operation="CREATE", namespace=namespace,
-                          namespace_labels=dict(namespace_labels or {}))
+                          namespace_labels=dict(namespace_labels or {}), lookup=lookup)
 
 
 def _counter() -> dict[str, int]:
