@@ -162,7 +162,7 @@ def evaluate_all(pairs: Iterable[tuple[Document, RequestContext | None]], evalua
                 item = AuditItem(doc, namespace=ctx.namespace, engine_error=failure)
             else:
                 item = AuditItem(doc, decision, namespace=decision.namespace or ctx.namespace)
-                if item.is_workload:
+                if item.is_workload and not doc.finished and not cost.is_finished(doc.obj):
                     item.cost = cost.workload_cost(decision, prices)
         if on_item is not None:
             on_item(item)
