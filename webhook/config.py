@@ -20,6 +20,8 @@ from pydantic import Field, ValidationError
 
 from policies import REGISTRY, Policy, PolicySettings
 from policies.base import ConfigModel
+from webhook.custom.compile import CompiledRule, CustomPolicyError, CustomRules, compile_rules
+from webhook.custom.model import CustomPolicy
 from webhook.workload import WORKLOAD_CLASSES
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "policies" / "default-config.yaml"
@@ -84,6 +86,8 @@ class ConfigFile(ConfigModel):
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     profiles: list[Profile] = Field(default_factory=list)
     cost: Cost = Field(default_factory=Cost)
+    # Admins' own CEL rules (webhook/custom/, docs/custom-policies.md).
+    custom_policies: list[CustomPolicy] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class PolicySet:
 
     mutating: tuple[tuple[Policy, PolicySettings], ...]
     validating: tuple[tuple[Policy, PolicySettings], ...]
+    custom: tuple[tuple[CompiledRule, str], ...] = ()  # enabled custom rules with their action
 
     def settings(self, policy_id: str) -> PolicySettings | None:
         for policy, settings in self.mutating + self.validating:
@@ -116,8 +121,10 @@ class CompiledProfile:
 class Config:
     """A loaded, validated and compiled GpuguardConfig."""
 
-    def __init__(self, raw: ConfigFile, policies: PolicySet, profiles: list[CompiledProfile], source: str):
+    def __init__(self, raw: ConfigFile, policies: PolicySet, profiles: list[CompiledProfile], source: str,
+                 custom: CustomRules | None = None):
         self.raw = raw
+        self.custom = custom or CustomRules([])  # every compiled custom rule, for catalogs and docs
         self.source = source
         self.policies = policies
         self.profiles = profiles
@@ -199,10 +206,11 @@ def _deep_merge(base: dict, override: dict) -> dict:
     return merged
 
 
-def _compile_policies(overrides: dict[str, dict[str, Any]], prefix: tuple, lines: dict, source: str) -> PolicySet:
+def _compile_policies(overrides: dict[str, dict[str, Any]], prefix: tuple, lines: dict, source: str,
+                      custom: CustomRules) -> PolicySet:
     mutating, validating = [], []
     for policy_id, values in overrides.items():
-        if policy_id not in REGISTRY:
+        if policy_id not in REGISTRY and policy_id not in custom:
             known = ", ".join(REGISTRY)
             raise ConfigError(f"{source}:{_line_for(lines, prefix + (policy_id,))}: unknown policy "
                               f"{policy_id!r} (known: {known})")
@@ -216,7 +224,11 @@ def _compile_policies(overrides: dict[str, dict[str, Any]], prefix: tuple, lines
             raise _errors(exc, prefix + (policy_id,), lines, source) from None
         if settings.action != "off":
             (mutating if policy.mutating else validating).append((policy, settings))
-    return PolicySet(tuple(mutating), tuple(validating))
+    try:
+        enabled_custom = custom.resolve(overrides, prefix, lambda loc: f"{source}:{_line_for(lines, loc)}")
+    except CustomPolicyError as exc:
+        raise ConfigError(str(exc)) from None
+    return PolicySet(tuple(mutating), tuple(validating), enabled_custom)
 
 
 def build_config(data: Any, source: str = "<config>", lines: dict[tuple, int] | None = None) -> Config:
@@ -231,15 +243,19 @@ def build_config(data: Any, source: str = "<config>", lines: dict[tuple, int] | 
     for kind, cls in raw.workload_classes.by_kind.items():
         if cls not in WORKLOAD_CLASSES:  # pragma: no cover - Literal already guards this
             raise ConfigError(f"{source}: workloadClasses.byKind.{kind}: unknown class {cls}")
-    base = _compile_policies(raw.policies, ("policies",), lines, source)
+    try:
+        custom = compile_rules(raw.custom_policies, set(REGISTRY), lambda loc: f"{source}:{_line_for(lines, loc)}")
+    except CustomPolicyError as exc:
+        raise ConfigError(str(exc)) from None
+    base = _compile_policies(raw.policies, ("policies",), lines, source, custom)
     profiles = []
     for i, profile in enumerate(raw.profiles):
         merged = {pid: _deep_merge(raw.policies.get(pid, {}), values) if isinstance(values, dict) else values
                   for pid, values in profile.policies.items()}
         merged = {**raw.policies, **merged}
         profiles.append(CompiledProfile(profile.name, profile.match,
-                                        _compile_policies(merged, ("profiles", i, "policies"), lines, source)))
-    return Config(raw, base, profiles, source)
+                                        _compile_policies(merged, ("profiles", i, "policies"), lines, source, custom)))
+    return Config(raw, base, profiles, source, custom)
 
 
 def load_config(path: str | Path | None = None) -> Config:

@@ -24,6 +24,7 @@ import orjson
 from policies.base import Finding, Policy, PolicySettings
 from webhook import kinds
 from webhook.config import Config
+from webhook.custom import evaluate as custom_rules
 from webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violation
 from webhook.patch import make_patch
 from webhook.workload import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view, dicts, dotted
@@ -210,6 +211,7 @@ class Engine:
             for finding in policy.run(view, settings):
                 out.append(Violation(policy.id, "warn" if finding.advisory and verdict == "deny" else verdict,
                                      dotted(finding.path), finding.message, finding.fix, finding.target))
+        out.extend(custom_rules.evaluate(view, policy_set.custom))  # admins' CEL rules (webhook/custom/)
         return out
 
     def _new_in_update(self, violations: list[Violation], kind: kinds.KindSpec,

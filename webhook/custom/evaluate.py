@@ -1,0 +1,193 @@
+"""Run compiled custom rules on a workload view: the engine's one call into ``customPolicies``.
+
+Per object, the variables every rule shares (``object``, ``request``, ``workload`` ...) are put
+into one CEL activation (cel-expr-python reads Python values lazily, so this costs a few
+microseconds however large the object); pod-template rules get one activation per template.
+
+A rule that errors on an object (a missing key, a bad quantity, a non-bool result) becomes a
+finding of *that rule* at its failure action (``failurePolicy: Fail``: the rule's action;
+``Ignore``: audit).  Nothing here raises into the engine, so one bad rule never turns into an
+engine failure that ``failureMode: open`` would let through.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from webhook.custom import celenv
+from webhook.custom.compile import CompiledRule, CompiledValidation
+from webhook.decision import ACTION_TO_VERDICT, Violation
+from webhook.workload import PodTemplate, WorkloadView
+
+log = logging.getLogger("gpuguard.custom")
+
+#: Where an object-scope finding points when the validation gives no ``fieldPath``.
+OBJECT_PATH = "metadata"
+
+
+class RuleError(Exception):
+    """A custom rule's expression failed on this object (the message says which and why)."""
+
+
+def _namespace(view: WorkloadView) -> str | None:
+    meta = view.obj.get("metadata")
+    ns = meta.get("namespace") if isinstance(meta, dict) else None
+    return ns if isinstance(ns, str) else view.ctx.namespace
+
+
+def _base_variables(view: WorkloadView, namespace: str | None) -> dict[str, Any]:
+    ctx = view.ctx
+    api_version = view.obj.get("apiVersion")
+    version = api_version.rsplit("/", 1)[-1] if isinstance(api_version, str) else ""
+    per_pod = max((t.gpus_per_pod for t in view.templates), default=0)
+    meta = view.obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return {
+        "object": view.obj,
+        "oldObject": ctx.old_object if isinstance(ctx.old_object, dict) else None,
+        "request": {
+            "operation": ctx.operation,
+            "namespace": namespace or "",
+            "name": name if isinstance(name, str) else "",
+            "dryRun": ctx.dry_run,
+            "userInfo": {"username": ctx.username, "groups": list(ctx.groups)},
+            "kind": {"group": view.kind.group, "version": version, "kind": view.kind.kind},
+        },
+        "namespaceObject": ({"metadata": {"name": namespace, "labels": dict(ctx.namespace_labels)}}
+                            if namespace else None),
+        "workload": {
+            "kind": view.kind.kind,
+            "group": view.kind.group,
+            "apiVersion": api_version if isinstance(api_version, str) else "",
+            "name": view.name,
+            "class": view.workload_class,
+            "acceleratorsPerPod": per_pod,
+            "acceleratorsTotal": view.total_gpus,
+            "acceleratorsByResource": view.gpus_by_resource(),
+            "pods": view.pod_count(),
+        },
+        "variables": {},
+    }
+
+
+def _template_variables(template: PodTemplate) -> dict[str, Any]:
+    return {
+        "podSpec": template.spec,
+        "podMetadata": template.metadata() or {},
+        "template": {"role": template.ref.role, "replicas": template.ref.replicas,
+                     "acceleratorsPerPod": template.gpus_per_pod, "path": template.where},
+    }
+
+
+def _run(program: Any, activation: Any, what: str) -> Any:
+    try:
+        value = program.eval(activation)
+    except Exception as exc:  # a Python helper or the binding itself failed: still this rule's error
+        raise RuleError(f"{what}: {type(exc).__name__}: {exc}") from None
+    if celenv.is_error(value):
+        raise RuleError(f"{what}: {value.value()}")
+    return value.value()
+
+
+def _bool(program: Any, activation: Any, what: str) -> bool:
+    """A condition's or validation's result; anything but a bool is this rule's error."""
+    try:
+        value = program.eval(activation)
+    except Exception as exc:
+        raise RuleError(f"{what}: {type(exc).__name__}: {exc}") from None
+    result = value.value()
+    if result is True or result is False:  # the hot path: no type inspection
+        return result
+    if celenv.is_error(value):
+        raise RuleError(f"{what}: {result}")
+    raise RuleError(f"{what}: evaluated to {type(result).__name__}, not bool")
+
+
+def _message(validation: CompiledValidation, activation: Any) -> str:
+    """VAP's order: messageExpression when it yields a non-empty string, else message, else the expression."""
+    spec = validation.spec
+    if validation.message_program is not None:
+        try:
+            text = _run(validation.message_program, activation, "messageExpression")
+            if isinstance(text, str) and text.strip():
+                return text.strip()
+        except RuleError as exc:
+            log.debug("custom policy messageExpression failed, using message: %s", exc)
+    return spec.message or f"failed expression: {spec.expression}"
+
+
+def _path(base: str, field_path: str | None) -> str:
+    """``fieldPath`` under the template's PodSpec path (or the object root); ``metadata`` when neither."""
+    if not field_path:
+        return base or OBJECT_PATH
+    field_path = field_path.lstrip(".")
+    if not base:
+        return field_path
+    return base + field_path if field_path.startswith("[") else f"{base}.{field_path}"
+
+
+def _evaluate_rule(rule: CompiledRule, action: str, data: dict[str, Any], shared: Any, path: str,
+                   target: str) -> list[Violation]:
+    """The findings of one rule for one object or pod template.
+
+    ``shared`` is the activation of ``data`` that every rule without ``variables`` reuses.
+    """
+    policy = rule.policy
+    verdict = ACTION_TO_VERDICT[action]
+    try:
+        activation = shared
+        if rule.variables:
+            env = celenv.runtime()
+            named: dict[str, Any] = {}
+            data = {**data, "variables": named}
+            for name, program in rule.variables:
+                named[name] = _run(program, env.Activation(data), f"variables.{name}")
+            activation = env.Activation(data)
+        for name, program in rule.conditions:
+            if not _bool(program, activation, f"matchConditions {name}"):
+                return []
+        out = []
+        for i, validation in enumerate(rule.validations):
+            if not _bool(validation.program, activation, f"validations[{i}]"):
+                fix = (validation.spec.fix or policy.description or policy.title
+                       or f"make `{validation.spec.expression}` hold")
+                out.append(Violation(policy.id, verdict, _path(path, validation.spec.field_path),
+                                     _message(validation, activation), fix, target))
+        return out
+    except RuleError as exc:
+        log.debug("custom policy %s could not be evaluated: %s", policy.id, exc)
+        error_verdict = verdict if policy.failure_policy == "Fail" else "audit"
+        return [Violation(policy.id, error_verdict, path or OBJECT_PATH, f"the rule could not be evaluated ({exc})",
+                          f"ask the cluster admins to fix custom policy {policy.id}, or change the field it reads",
+                          target)]
+
+
+def evaluate(view: WorkloadView, rules: tuple[tuple[CompiledRule, str], ...]) -> list[Violation]:
+    """Findings of the enabled custom ``rules`` (with their actions) on ``view``."""
+    if not rules:
+        return []
+    namespace = _namespace(view)
+    labels = view.ctx.namespace_labels
+    active = [(rule, action) for rule, action in rules
+              if rule.matches(view.kind, view.workload_class, namespace, labels)]
+    if not active:
+        return []
+    base = _base_variables(view, namespace)
+    env = celenv.runtime()
+    # One activation per pod template (the object's conversion is paid once per activation):
+    # object-scope rules share the first template's, or a template-less one.
+    templates = [(t, {**base, **_template_variables(t)}) for t in view.templates]
+    activations = [(t, data, env.Activation(data)) for t, data in templates]
+    out: list[Violation] = []
+    object_rules = [(rule, action) for rule, action in active if rule.scope == "object"]
+    if object_rules:
+        data, shared = (activations[0][1], activations[0][2]) if activations else (base, env.Activation(base))
+        for rule, action in object_rules:
+            out.extend(_evaluate_rule(rule, action, data, shared, "", ""))
+    template_rules = [(rule, action) for rule, action in active if rule.scope == "podTemplate"]
+    for template, data, shared in activations if template_rules else ():
+        where = data["template"]["path"]
+        for rule, action in template_rules:
+            out.extend(_evaluate_rule(rule, action, data, shared, where, template.ref.role))
+    return out
