@@ -174,7 +174,7 @@ class StageClock:
 
         patch_attr(engine_mod, "orjson", TimedOrjson())
         for pid, policy in REGISTRY.items():
-            patch_attr(policy, "run", self.wrap(f"policy {pid}", policy.run, consume=not policy.mutating))
+            patch_attr(policy, "run", self.wrap(f"policy {pid}", policy.run, consume=policy.phase == "validating"))
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -6,14 +6,12 @@ public API is re-exported here; each job lives in its own module:
 
 ``issue``   build certificates in memory        ``store``   files: atomic writes, 0600 keys
 ``bundle``  ``write_bundle`` (create/reuse CA)   ``renew``   reissue the leaf near expiry
-``inject``  patch ``caBundle`` via the API       ``expiry``  ``cert_expiry`` for the metric
-``cli``     ``gpuguard certs ...``
+``inject``  patch ``caBundle`` via the API       ``cli``     ``gpuguard certs ...``
 """
 
 from __future__ import annotations
 
 from certs.bundle import load_ca, write_bundle
-from certs.expiry import cert_expiry, expires_within
 from certs.inject import InjectError, InjectResult, build_ca_bundle_patch, encode_ca_bundle, inject_ca_bundle
 from certs.issue import create_ca, issue_serving_cert, serving_dns_names
 from certs.renew import RenewResult, renew_serving_cert
@@ -26,10 +24,8 @@ __all__ = [
     "InjectResult",
     "RenewResult",
     "build_ca_bundle_patch",
-    "cert_expiry",
     "create_ca",
     "encode_ca_bundle",
-    "expires_within",
     "inject_ca_bundle",
     "issue_serving_cert",
     "load_ca",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -66,28 +65,6 @@ def build_ca_bundle_patch(configuration: Mapping[str, Any], ca_bundle_b64: str) 
     return ops
 
 
-def make_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
-    """A kubernetes ``ApiClient``: explicit kubeconfig/context first, then in-cluster, then ~/.kube/config.
-
-    In-cluster is chosen only when nothing points at a kubeconfig, so an admin running the
-    command from a pod with ``KUBECONFIG`` set still talks to the cluster they meant.
-    """
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    try:
-        if kubeconfig is None and context is None and not os.environ.get("KUBECONFIG") \
-                and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            cfg = client.Configuration()
-            config.load_incluster_config(client_configuration=cfg)
-            return client.ApiClient(cfg)
-        return config.new_client_from_config(config_file=kubeconfig, context=context)
-    except ConfigException as exc:
-        raise InjectError(f"no usable Kubernetes credentials: {exc}") from None
-    except OSError as exc:
-        raise InjectError(f"cannot read kubeconfig: {exc}") from None
-
-
 def _describe_api_error(exc: Any, kind: str, name: str, verb: str) -> InjectError:
     """Turn an HTTP status into the next step for the admin (apply first, grant RBAC, retry)."""
     status = getattr(exc, "status", None)
@@ -116,11 +93,14 @@ def inject_ca_bundle(
     rather than half-updated.  Errors come back as ``InjectError`` with a one-line message.
     """
     import urllib3
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
-    api_client = api_client or make_api_client(kubeconfig, context)
-    api = client.AdmissionregistrationV1Api(api_client)
+    from kubeapi.client import ApiError, KubeConfigError, admissionregistration_v1, connect
+
+    try:
+        api_client = api_client or connect(kubeconfig, context).api
+    except KubeConfigError as exc:
+        raise InjectError(f"no usable Kubernetes credentials: {exc}") from None
+    api = admissionregistration_v1(api_client)
     bundle = encode_ca_bundle(ca_pem)
     host = getattr(api_client.configuration, "host", "the API server")
     readers = {
@@ -146,7 +126,7 @@ def inject_ca_bundle(
                 patch(name, ops, _request_timeout=REQUEST_TIMEOUT_SECONDS, _preload_content=False)
             results.append(InjectResult(kind, name, len(live[kind].get("webhooks") or []), bool(ops)))
         return results
-    except ApiException as exc:
+    except ApiError as exc:
         raise _describe_api_error(exc, current_kind, name, verb) from None
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc

@@ -23,7 +23,7 @@ from policies import (
     priority_class,
     shm_volume,
 )
-from policies.base import Finding, Policy, PolicySettings
+from policies.base import Finding, MutatingPolicy, Policy, PolicySettings, ValidatingPolicy
 
 REGISTRY: dict[str, Policy] = {
     module.POLICY.id: module.POLICY
@@ -34,4 +34,4 @@ REGISTRY: dict[str, Policy] = {
     )
 }
 
-__all__ = ["REGISTRY", "Finding", "Policy", "PolicySettings"]
+__all__ = ["REGISTRY", "Finding", "MutatingPolicy", "Policy", "PolicySettings", "ValidatingPolicy"]

@@ -1,26 +1,28 @@
-"""What every policy declares, and the settings base every policy's settings extend.
+"""The policy contract: what every policy declares, and the settings base every policy's settings extend.
 
-A policy is data plus one function: its stable id (shown to users), a title, whether it
-mutates or validates, its settings model, its default action, and ``run``.  A mutating
-``run(view, settings)`` edits the working copy through the view and returns whether it
-changed anything (which names it in the ``gpuguard.io/mutated-by`` annotation; cheaper than
-comparing snapshots of the object); a validating
-``run(view, settings)`` yields ``Finding``s.  Neither ever sees an AdmissionReview or
-builds a patch: that keeps policies testable alone and the webhook and audit identical.
+A policy is data plus one function: its stable id (shown to users), a title, its phase
+(``MutatingPolicy`` or ``ValidatingPolicy``), its settings model, its default action, and
+``run(view, settings)``.  A mutating ``run`` edits the working copy through the view and
+returns whether it changed anything (which names it in the ``gpuguard.io/mutated-by``
+annotation; cheaper than comparing snapshots of the object); a validating ``run`` yields
+``Finding``s.  Neither ever sees an AdmissionReview or builds a patch: that keeps policies
+testable alone and the webhook and audit identical.  Adding a policy: ``docs/contributing.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic.alias_generators import to_camel
 
-from webhook.kinds import Path
+from workloads.paths import Path
+from workloads.view import WorkloadView
 
 Action = Literal["enforce", "warn", "audit", "off"]
+Phase = Literal["mutating", "validating"]
 
 
 class ConfigModel(BaseModel):
@@ -56,25 +58,45 @@ class Finding:
     advisory: bool = False
 
 
+class MutateFn(Protocol):
+    """A mutating policy's ``run``: edit the object through the view; return whether anything changed.
+
+    ``settings`` is the policy's own ``PolicySettings`` subclass, already validated.
+    """
+
+    def __call__(self, view: WorkloadView, settings: Any, /) -> bool: ...
+
+
+class ValidateFn(Protocol):
+    """A validating policy's ``run``: read the view, yield what is wrong (nothing: it passes)."""
+
+    def __call__(self, view: WorkloadView, settings: Any, /) -> Iterable[Finding]: ...
+
+
 @dataclass(frozen=True)
 class Policy:
-    id: str
+    """What both phases declare.  Build a ``MutatingPolicy`` or a ``ValidatingPolicy``, never this."""
+
+    id: str  # kebab-case, stable: users write it in configs and read it in findings
     title: str
-    mutating: bool
     settings_model: type[PolicySettings]
-    run: Callable[..., Any]
     description: str
     rationale: str
-    example: str
+    example: str  # a passing manifest, equal to tests/policies/<id>/example/input.yaml
+    phase: ClassVar[Phase]
 
     @property
     def default_action(self) -> str:
         return self.settings_model.model_fields["action"].default
 
-    @property
-    def kind(self) -> str:
-        return "mutating" if self.mutating else "validating"
+
+@dataclass(frozen=True)
+class MutatingPolicy(Policy):
+    run: MutateFn
+    phase: ClassVar[Phase] = "mutating"
 
 
-MutateFn = Callable[[Any, Any], bool]
-ValidateFn = Callable[[Any, Any], Iterable[Finding]]
+@dataclass(frozen=True)
+class ValidatingPolicy(Policy):
+    run: ValidateFn
+    phase: ClassVar[Phase] = "validating"

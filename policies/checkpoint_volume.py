@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from policies.base import Finding, Policy, PolicySettings
-from webhook.kinds import get_path
-from webhook.workload import Container, PodTemplate, WorkloadView, dicts
+from policies.base import Finding, PolicySettings, ValidatingPolicy
+from workloads.paths import dicts, get_path
+from workloads.view import Container, PodTemplate, WorkloadView
 
 _NOT_PERSISTENT = {
     "emptyDir": "an emptyDir (deleted with the pod)",
@@ -170,10 +170,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                               "object store", container.name)
 
 
-POLICY = Policy(
+POLICY = ValidatingPolicy(
     id="checkpoint-volume",
     title="Persistent checkpoints for GPU training",
-    mutating=False,
     settings_model=Settings,
     run=validate,
     description="GPU training containers must mount persistent storage (PVC, NFS, durable CSI ...) or point "

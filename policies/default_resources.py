@@ -16,9 +16,10 @@ from decimal import Decimal
 
 from pydantic import Field, field_validator
 
-from policies.base import ConfigModel, Policy, PolicySettings
-from webhook import quantity
-from webhook.workload import Container, WorkloadView, child_dict
+from policies.base import ConfigModel, MutatingPolicy, PolicySettings
+from workloads import quantity
+from workloads.paths import child_dict
+from workloads.view import Container, WorkloadView
 
 
 class Size(ConfigModel):
@@ -90,10 +91,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
-POLICY = Policy(
+POLICY = MutatingPolicy(
     id="default-resources",
     title="Size CPU, memory and ephemeral storage per GPU",
-    mutating=True,
     settings_model=Settings,
     run=mutate,
     description="Adds missing CPU, memory and ephemeral-storage requests and limits: per GPU for GPU "

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from policies.base import Action, Finding, Policy, PolicySettings
-from webhook.workload import WorkloadView, dicts
+from policies.base import Action, Finding, PolicySettings, ValidatingPolicy
+from workloads.paths import dicts
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):
@@ -32,10 +33,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                               "set resources.limits.ephemeral-storage", container.name)
 
 
-POLICY = Policy(
+POLICY = ValidatingPolicy(
     id="ephemeral-storage",
     title="Bounded scratch disk for GPU pods",
-    mutating=False,
     settings_model=Settings,
     run=validate,
     description="Warns on GPU pods with a disk-backed emptyDir without sizeLimit or a container without an "

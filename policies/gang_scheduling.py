@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from policies.base import Finding, Policy, PolicySettings
-from webhook.kinds import get_path
-from webhook.workload import WorkloadView
+from policies.base import Finding, PolicySettings, ValidatingPolicy
+from workloads.paths import get_path
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):
@@ -69,10 +69,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                   "coscheduling pod-group label")
 
 
-POLICY = Policy(
+POLICY = ValidatingPolicy(
     id="gang-scheduling",
     title="Gang scheduling for distributed GPU jobs",
-    mutating=False,
     settings_model=Settings,
     run=validate,
     description="Multi-pod GPU jobs (Kubeflow jobs with workers, JobSet, Job with parallelism > 1) must use a "

@@ -14,9 +14,9 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from policies.base import Finding, Policy, PolicySettings
-from webhook import quantity
-from webhook.workload import PodTemplate, WorkloadView
+from policies.base import Finding, PolicySettings, ValidatingPolicy
+from workloads import quantity
+from workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):
@@ -54,10 +54,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                               container.name, advisory=True)
 
 
-POLICY = Policy(
+POLICY = ValidatingPolicy(
     id="gpu-memory-guard",
     title="Memory limits for GPU containers",
-    mutating=False,
     settings_model=Settings,
     run=validate,
     description="Rejects GPU containers without a memory limit (BestEffort or unbounded Burstable); warns when "

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import ConfigModel, Policy, PolicySettings
-from webhook.workload import PodTemplate, WorkloadView, child_dict, child_list, dicts
+from policies.base import ConfigModel, MutatingPolicy, PolicySettings
+from workloads.paths import child_dict, child_list, dicts
+from workloads.view import PodTemplate, WorkloadView
 
 
 class NodeLabel(ConfigModel):
@@ -79,10 +80,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
-POLICY = Policy(
+POLICY = MutatingPolicy(
     id="gpu-node-affinity",
     title="Require GPU nodes for GPU pods",
-    mutating=True,
     settings_model=Settings,
     run=mutate,
     description="Adds a required node-affinity expression on the GPU node label to every nodeSelectorTerm "

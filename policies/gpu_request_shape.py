@@ -14,9 +14,9 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from policies.base import Finding, Policy, PolicySettings
-from webhook import quantity
-from webhook.workload import Container, PodTemplate, WorkloadView
+from policies.base import Finding, PolicySettings, ValidatingPolicy
+from workloads import quantity
+from workloads.view import Container, PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):
@@ -88,10 +88,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                       "lower replicas or GPUs per pod, or ask the platform team for a larger limit")
 
 
-POLICY = Policy(
+POLICY = ValidatingPolicy(
     id="gpu-request-shape",
     title="GPU requests a scheduler can satisfy",
-    mutating=False,
     settings_model=Settings,
     run=validate,
     description="Whole GPUs, requests equal to limits, at most the largest node's GPUs per pod and a "

@@ -14,8 +14,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from policies.base import ConfigModel, Policy, PolicySettings
-from webhook.workload import WorkloadView, child_list, dicts
+from policies.base import ConfigModel, MutatingPolicy, PolicySettings
+from workloads.paths import child_list, dicts
+from workloads.view import WorkloadView
 
 
 class Toleration(ConfigModel):
@@ -73,10 +74,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
-POLICY = Policy(
+POLICY = MutatingPolicy(
     id="gpu-tolerations",
     title="Tolerate the taints of GPU nodes",
-    mutating=True,
     settings_model=Settings,
     run=mutate,
     description="Adds the tolerations configured for each GPU resource to pods that request it, "

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from policies.base import Action, Finding, Policy, PolicySettings
-from webhook.workload import PodTemplate, WorkloadView, dicts
+from policies.base import Action, Finding, PolicySettings, ValidatingPolicy
+from workloads.paths import dicts
+from workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):
@@ -59,10 +60,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                           "run serving replicas on on-demand nodes, or keep enough on-demand replicas")
 
 
-POLICY = Policy(
+POLICY = ValidatingPolicy(
     id="inference-on-spot",
     title="No inference on spot GPU nodes",
-    mutating=False,
     settings_model=Settings,
     run=validate,
     description="Warns when an inference workload selects (nodeSelector, node affinity) or tolerates "

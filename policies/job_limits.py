@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import Policy, PolicySettings
-from policies.job_ttl import set_int_field
-from webhook.workload import WorkloadView
+from policies.base import MutatingPolicy, PolicySettings
+from workloads.paths import set_int_field
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):
@@ -41,10 +41,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
-POLICY = Policy(
+POLICY = MutatingPolicy(
     id="job-limits",
     title="Retry and deadline limits for GPU training",
-    mutating=True,
     settings_model=Settings,
     run=mutate,
     description="Sets backoffLimit (default 3) and activeDeadlineSeconds (default 24h, capped at 7 days) on "

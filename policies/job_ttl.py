@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import Policy, PolicySettings
-from webhook.kinds import get_path
-from webhook.workload import WorkloadView, child_dict
+from policies.base import MutatingPolicy, PolicySettings
+from workloads.paths import get_path, set_int_field
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):
@@ -20,31 +20,6 @@ class Settings(PolicySettings):
     max_ttl_seconds_after_finished: int | None = Field(604800, ge=0,
                                                        description="Larger TTLs are capped to this.")
     gpu_only: bool = Field(True, description="Only set it on workloads that request GPUs.")
-
-
-def set_int_field(obj: dict, path: tuple, default: int, maximum: int | None, api_default: int | None = None) -> bool:
-    """Set an integer field at ``path`` when absent, cap it at ``maximum`` when above.
-
-    Shared by the job policies: each owns one field, and leaves a wrong-typed value alone.
-    ``api_default`` is the value the apiserver fills in before webhooks run; it counts as absent.
-    Returns whether it changed anything.
-    """
-    parent = obj
-    for step in path[:-1]:
-        parent = child_dict(parent, step)
-        if parent is None:
-            return False
-    current = parent.get(path[-1])
-    if current is None or (api_default is not None and current == api_default and not isinstance(current, bool)):
-        value = default if maximum is None else min(default, maximum)
-        if current == value:
-            return False
-        parent[path[-1]] = value
-        return True
-    elif isinstance(current, int) and not isinstance(current, bool) and maximum is not None and current > maximum:
-        parent[path[-1]] = maximum
-        return True
-    return False
 
 
 def mutate(view: WorkloadView, settings: Settings) -> bool:
@@ -57,10 +32,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
                          settings.max_ttl_seconds_after_finished)
 
 
-POLICY = Policy(
+POLICY = MutatingPolicy(
     id="job-ttl",
     title="Delete finished jobs after a TTL",
-    mutating=True,
     settings_model=Settings,
     run=mutate,
     description="Sets ttlSecondsAfterFinished (Job, CronJob, Kubeflow runPolicy, JobSet, Volcano, RayJob "

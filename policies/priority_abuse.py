@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from policies.base import Finding, Policy, PolicySettings
-from webhook.kinds import get_path
-from webhook.workload import WorkloadView
+from policies.base import Finding, PolicySettings, ValidatingPolicy
+from workloads.paths import get_path
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):
@@ -44,10 +44,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                           "training-standard / notebook-dev")
 
 
-POLICY = Policy(
+POLICY = ValidatingPolicy(
     id="priority-abuse",
     title="Inference priority is for inference",
-    mutating=False,
     settings_model=Settings,
     run=validate,
     description="Rejects training and notebook workloads that use a priority class reserved for inference.",

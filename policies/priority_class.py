@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import Policy, PolicySettings
-from webhook.workload import WorkloadView
+from policies.base import MutatingPolicy, PolicySettings
+from workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):
@@ -42,10 +42,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
-POLICY = Policy(
+POLICY = MutatingPolicy(
     id="priority-class",
     title="Priority class by workload class",
-    mutating=True,
     settings_model=Settings,
     run=mutate,
     description="Sets priorityClassName by workload class (inference > training > notebooks) where absent; "

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import Policy, PolicySettings
-from webhook import quantity
-from webhook.workload import PodTemplate, WorkloadView, child_list
+from policies.base import MutatingPolicy, PolicySettings
+from workloads import quantity
+from workloads.paths import child_list
+from workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):
@@ -68,10 +69,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
-POLICY = Policy(
+POLICY = MutatingPolicy(
     id="shm-volume",
     title="Shared memory for data loaders",
-    mutating=True,
     settings_model=Settings,
     run=mutate,
     description="Mounts a memory-backed emptyDir with a sizeLimit at /dev/shm in GPU containers that have "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh machine too: installs what it needs, then lint + pytest.
+# The whole test suite, on a fresh machine too: installs what it needs, then lint, layers + pytest.
 #   unit tests      engine, policies, config, certs, server over real HTTPS, audit formats
 #   e2e tests       a real kube-apiserver + kube-controller-manager (built once from the Go
 #                   module proxy, cached in ~/.cache/gpuguard-e2e) + etcd, driven with kubectl
@@ -29,4 +29,5 @@ else
 fi
 
 ruff check .
+lint-imports  # the layering contracts in pyproject.toml
 python3 -m pytest -p no:cacheprovider "$@"

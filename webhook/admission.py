@@ -26,6 +26,10 @@ WARNING_SOFT_LIMIT = 120
 WARNING_HARD_LIMIT = 256
 WARNINGS_TOTAL_LIMIT = 4000
 AUDIT_VALUE_LIMIT = 1024
+# Largest AdmissionReview body read before answering 413: the apiserver itself refuses
+# requests over 3 MiB, so a review (object + oldObject) that is larger cannot be a real one.
+# The one default for the config key ``maxBodyBytes`` and ``gpuguard serve --max-body-bytes``.
+DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 # The apiserver stores an audit annotation as "<webhook name>/<key>" and rejects keys that then
 # have two slashes, so ours is a bare qualified name: [A-Za-z0-9][-A-Za-z0-9_.]*, <= 63 chars.

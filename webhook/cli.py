@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "certs.cli",
     "webhook.webhookconfig",
     "webhook.audit.cli",
+    "webhook.policies_cmd",
 )
 
 

@@ -9,22 +9,27 @@ can fix a ConfigMap without guessing.
 
 from __future__ import annotations
 
+import importlib.resources
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError
 
-from policies import REGISTRY, Policy, PolicySettings
+from policies import REGISTRY, MutatingPolicy, PolicySettings, ValidatingPolicy
 from policies.base import ConfigModel
+from webhook.admission import DEFAULT_MAX_BODY_BYTES
 from webhook.custom.compile import CompiledRule, CustomPolicyError, CustomRules, compile_rules
 from webhook.custom.model import CustomPolicy
-from webhook.workload import WORKLOAD_CLASSES
+from workloads.view import WORKLOAD_CLASSES
 
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "policies" / "default-config.yaml"
+# The shipped default, found as package data (pyproject's package-data ships it), so it is found
+# wherever the package is installed (site-packages, a zip, an editable checkout).
+DEFAULT_CONFIG_PATH: Traversable = importlib.resources.files("policies") / "default-config.yaml"
 CONFIG_KIND = "GpuguardConfig"
 
 
@@ -59,14 +64,21 @@ class Profile(ConfigModel):
 
 
 class Cost(ConfigModel):
+    """Prices for ``gpuguard audit`` cost estimates: the one price table (docs/audit.md shows it).
+
+    Seed figures are public on-demand list prices (A100 about $3-5, H100 about $8-10 per
+    GPU-hour); the shipped config leaves ``cost`` out so these apply until an admin sets theirs.
+    """
+
     gpu_hourly_usd: dict[str, float] = Field(
-        default_factory=lambda: {"nvidia.com/gpu": 4.0, "nvidia.com/mig-*": 1.0, "amd.com/gpu": 3.0,
-                                 "habana.ai/gaudi": 3.0, "aws.amazon.com/neuron*": 1.5, "google.com/tpu": 4.0},
+        default_factory=lambda: {"nvidia.com/gpu": 4.0, "nvidia.com/gpu.shared": 1.0, "nvidia.com/mig-*": 1.0,
+                                 "amd.com/gpu": 3.0, "habana.ai/gaudi": 3.0, "aws.amazon.com/neuron*": 1.5,
+                                 "google.com/tpu": 4.0},
         description="GPU resource (or glob) -> USD per GPU-hour, for audit cost estimates.")
     product_hourly_usd: dict[str, float] = Field(
-        default_factory=lambda: {"NVIDIA-H100-80GB-HBM3": 9.0, "NVIDIA-A100-SXM4-80GB": 4.0,
-                                 "NVIDIA-A100-SXM4-40GB": 3.0, "NVIDIA-L4": 0.8},
-        description="nvidia.com/gpu.product label value -> USD per GPU-hour.")
+        default_factory=lambda: {"*H100*": 9.0, "*A100*": 4.0, "*A100*40GB*": 3.0, "NVIDIA-L4": 0.8},
+        description="GPU product node-label value (or glob, case-insensitive; the longest match wins) -> USD "
+        "per GPU-hour; used when a workload pins a product.")
 
 
 class ConfigFile(ConfigModel):
@@ -74,7 +86,7 @@ class ConfigFile(ConfigModel):
     kind: Literal["GpuguardConfig"] = CONFIG_KIND
     failure_mode: Literal["open", "closed"] = Field("open", description="Engine failure: allow with a "
                                                     "warning (open) or deny (closed).")
-    max_body_bytes: int = Field(3 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     gpu_resources: list[str] = Field(
         default_factory=lambda: ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*", "amd.com/gpu",
                                  "gpu.intel.com/*", "habana.ai/gaudi", "aws.amazon.com/neuron*", "google.com/tpu"],
@@ -94,8 +106,8 @@ class ConfigFile(ConfigModel):
 class PolicySet:
     """The enabled policies with their validated settings, split by phase, in registry order."""
 
-    mutating: tuple[tuple[Policy, PolicySettings], ...]
-    validating: tuple[tuple[Policy, PolicySettings], ...]
+    mutating: tuple[tuple[MutatingPolicy, PolicySettings], ...]
+    validating: tuple[tuple[ValidatingPolicy, PolicySettings], ...]
     custom: tuple[tuple[CompiledRule, str], ...] = ()  # enabled custom rules with their action
 
     def settings(self, policy_id: str) -> PolicySettings | None:
@@ -208,7 +220,8 @@ def _deep_merge(base: dict, override: dict) -> dict:
 
 def _compile_policies(overrides: dict[str, dict[str, Any]], prefix: tuple, lines: dict, source: str,
                       custom: CustomRules) -> PolicySet:
-    mutating, validating = [], []
+    mutating: list[tuple[MutatingPolicy, PolicySettings]] = []
+    validating: list[tuple[ValidatingPolicy, PolicySettings]] = []
     for policy_id, values in overrides.items():
         if policy_id not in REGISTRY and policy_id not in custom:
             known = ", ".join(REGISTRY)
@@ -223,7 +236,10 @@ def _compile_policies(overrides: dict[str, dict[str, Any]], prefix: tuple, lines
         except ValidationError as exc:
             raise _errors(exc, prefix + (policy_id,), lines, source) from None
         if settings.action != "off":
-            (mutating if policy.mutating else validating).append((policy, settings))
+            if isinstance(policy, MutatingPolicy):
+                mutating.append((policy, settings))
+            elif isinstance(policy, ValidatingPolicy):
+                validating.append((policy, settings))
     try:
         enabled_custom = custom.resolve(overrides, prefix, lambda loc: f"{source}:{_line_for(lines, loc)}")
     except CustomPolicyError as exc:
@@ -260,7 +276,7 @@ def build_config(data: Any, source: str = "<config>", lines: dict[tuple, int] | 
 
 def load_config(path: str | Path | None = None) -> Config:
     """Load a GpuguardConfig file (``None``: the shipped default) or raise ``ConfigError``."""
-    file = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    file: Path | Traversable = Path(path) if path is not None else DEFAULT_CONFIG_PATH
     source = str(file)
     try:
         text = file.read_text(encoding="utf-8")

@@ -22,7 +22,6 @@ class RequestContext:
     namespace_labels: dict[str, str] = field(default_factory=dict)
     username: str = ""
     groups: tuple[str, ...] = ()
-    dry_run: bool = False
     old_object: dict | None = None
     # Which halves of the engine run: the /mutate endpoint mutates only, /validate validates only,
     # `evaluate` and `audit` do both (validation then sees the mutated object, as the apiserver does).

@@ -21,13 +21,14 @@ from typing import Any
 
 import orjson
 
-from policies.base import Finding, Policy, PolicySettings
-from webhook import kinds
-from webhook.config import Config
+from policies.base import Finding, MutatingPolicy, PolicySettings
+from webhook.config import Config, PolicySet
 from webhook.custom import evaluate as custom_rules
 from webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violation
 from webhook.patch import make_patch
-from webhook.workload import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view, dicts, dotted
+from workloads import kinds
+from workloads.paths import dicts, dotted
+from workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view
 
 log = logging.getLogger("gpuguard.engine")
 
@@ -137,7 +138,7 @@ class Engine:
         decision.original = original
         owner = _controller_owner(work)
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
-        view = build_view(work, kind, ctx, self.config.is_gpu_resource, lambda o, k, _: self.classify(o, k, owner))
+        view = build_view(work, kind, self.config.is_gpu_resource, lambda o, k: self.classify(o, k, owner))
         view.owned_by_controller = owner is not None
         decision.workload_class = view.workload_class
         decision.gpus = view.total_gpus
@@ -158,6 +159,8 @@ class Engine:
         trusted = owner is not None and self.config.trust_controller_pods
         if ctx.validate and ctx.operation in ("CREATE", "UPDATE") and not trusted:
             decision.violations.extend(self._validate(view, policy_set))
+            # Admins' CEL rules (webhook/custom/): they read the request too, so they get ctx.
+            decision.violations.extend(custom_rules.evaluate(view, policy_set.custom, ctx, decision.namespace))
             if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
                 decision.violations = self._new_in_update(decision.violations, kind, ctx)
 
@@ -168,12 +171,11 @@ class Engine:
         return decision
 
     # ------------------------------------------------------------------ mutation helpers
-    def _would_mutate(self, policy: Policy, settings: PolicySettings, kind: kinds.KindSpec, raw: bytes,
+    def _would_mutate(self, policy: MutatingPolicy, settings: PolicySettings, kind: kinds.KindSpec, raw: bytes,
                       ctx: RequestContext, owner: dict | None) -> list[Violation]:
         """A mutating policy in warn/audit mode: run it on a scratch copy and report what it would change."""
         scratch, before = _copy(raw), _copy(raw)
-        view = build_view(scratch, kind, ctx, self.config.is_gpu_resource,
-                          lambda o, k, _: self.classify(o, k, owner))
+        view = build_view(scratch, kind, self.config.is_gpu_resource, lambda o, k: self.classify(o, k, owner))
         view.owned_by_controller = owner is not None
         policy.run(view, settings)
         ops = make_patch(before, scratch)
@@ -203,7 +205,7 @@ class Engine:
         annotations[MUTATED_BY_ANNOTATION] = ",".join(sorted(ids))
 
     # ------------------------------------------------------------------ validation helpers
-    def _validate(self, view: WorkloadView, policy_set) -> list[Violation]:
+    def _validate(self, view: WorkloadView, policy_set: PolicySet) -> list[Violation]:
         out: list[Violation] = []
         for policy, settings in policy_set.validating:
             verdict = ACTION_TO_VERDICT[settings.action]
@@ -211,7 +213,6 @@ class Engine:
             for finding in policy.run(view, settings):
                 out.append(Violation(policy.id, "warn" if finding.advisory and verdict == "deny" else verdict,
                                      dotted(finding.path), finding.message, finding.fix, finding.target))
-        out.extend(custom_rules.evaluate(view, policy_set.custom))  # admins' CEL rules (webhook/custom/)
         return out
 
     def _new_in_update(self, violations: list[Violation], kind: kinds.KindSpec,

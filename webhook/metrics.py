@@ -1,6 +1,6 @@
 """Prometheus metrics of the webhook server.
 
-Label values are bounded on purpose: ``kind`` is one of the kinds in ``webhook.kinds`` or
+Label values are bounded on purpose: ``kind`` is one of the kinds in ``workloads.kinds`` or
 ``other`` (a wildcard webhook rule must not mint a series per CRD), ``policy`` is a policy id
 from the config, ``decision`` is allowed|denied|error.
 
@@ -24,7 +24,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from webhook import kinds
+from workloads import kinds
 
 # The apiserver gives up on a webhook after timeoutSeconds (default 10, max 30): buckets must
 # reach that far, or the slow tail that trips failurePolicy is invisible.

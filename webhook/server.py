@@ -29,16 +29,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from webhook import admission, logs, metrics, reload
-from webhook.admission import AdmissionRequest, ReviewError
+from webhook.admission import DEFAULT_MAX_BODY_BYTES, AdmissionRequest, ReviewError
 from webhook.decision import Decision, RequestContext
 
 if TYPE_CHECKING:
     from webhook.config import Config
     from webhook.engine import Engine
 
-DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 SETTINGS_ENV = "GPUGUARD_SERVE_SETTINGS"
-ENDPOINTS = ("mutate", "validate")
 
 
 @dataclass(frozen=True)
@@ -165,11 +163,9 @@ class NamespaceLabels:
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None) -> NamespaceLabels:
-        from kubernetes import client
+        from kubeapi.client import connect, core_v1
 
-        from certs.inject import make_api_client
-
-        return cls(client.CoreV1Api(make_api_client(kubeconfig)))
+        return cls(core_v1(connect(kubeconfig).api))
 
     def _read(self, namespace: str) -> dict[str, str]:
         ns = self._api.read_namespace(namespace, _request_timeout=self.TIMEOUT)
@@ -235,7 +231,6 @@ def _context(req: AdmissionRequest, endpoint: str, labels: dict[str, str]) -> Re
         namespace_labels=labels,
         username=req.user_info.username,
         groups=req.user_info.groups,
-        dry_run=req.dry_run,
         old_object=req.old_object if req.operation == "UPDATE" and isinstance(req.old_object, dict) else None,
         mutate=endpoint == "mutate",
         validate=endpoint == "validate",
@@ -470,11 +465,11 @@ def _load(config_path: str | None) -> Active:
 
 
 def _check_kube_credentials(kubeconfig: str | None) -> None:
-    from certs.inject import InjectError
+    from kubeapi.client import KubeConfigError
 
     try:
         NamespaceLabels.from_kubeconfig(kubeconfig)
-    except InjectError as exc:
+    except KubeConfigError as exc:
         raise StartupError(f"--namespace-labels: {exc}") from None
 
 
@@ -547,7 +542,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="read namespace labels from the API (cached 60 s) for profiles that match by label; "
                              "needs get on namespaces")
     parser.add_argument("--kubeconfig", metavar="FILE",
-                        help="with --namespace-labels: kubeconfig (default: in-cluster, then ~/.kube/config)")
+                        help="with --namespace-labels: kubeconfig (default: $KUBECONFIG, in-cluster, then "
+                        "~/.kube/config)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                         help="(default: %(default)s)")
     parser.set_defaults(func=run_serve)

@@ -1,4 +1,4 @@
-"""The ``gpuguard audit``/``policies``/``explain`` commands: flags, exit codes, errors without tracebacks."""
+"""The ``gpuguard audit`` command: flags, exit codes, errors without tracebacks."""
 
 from __future__ import annotations
 
@@ -126,35 +126,6 @@ def test_cluster_without_kubeconfig_is_a_clean_error(capsys, tmp_path: Path, mon
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     code, _, err = run(capsys, "audit", "--cluster", "--kubeconfig", str(tmp_path / "nope"))
     assert code == 2 and err.startswith("gpuguard: error: cannot load kubeconfig")
-
-
-def test_policies_lists_the_registry(capsys) -> None:
-    from policies import REGISTRY
-
-    code, out, _ = run(capsys, "policies")
-    assert code == 0
-    for pid, policy in REGISTRY.items():
-        line = next(line for line in out.splitlines() if line.startswith(pid + " "))
-        assert ("mutating" if policy.mutating else "validating") in line and policy.default_action in line
-    code, out, _ = run(capsys, "policies", "--format", "json")
-    assert [p["id"] for p in json.loads(out)] == list(REGISTRY)
-
-
-def test_explain_shows_checks_rationale_settings_and_example(capsys) -> None:
-    code, out, _ = run(capsys, "explain", "job-ttl")
-    assert code == 0
-    for text in ("What it checks", "Why it matters", "ttlSecondsAfterFinished", "86400", "integer",
-                 "Configure it", "kind: GpuguardConfig", "Passes"):
-        assert text in out
-    code, out, _ = run(capsys, "explain", "checkpoint-volume", "--format", "json")
-    data = json.loads(out)
-    assert data["kind"] == "validating" and any(s["name"] == "checkpointMountPaths" for s in data["settings"])
-
-
-def test_explain_unknown_policy_suggests(capsys) -> None:
-    code, out, err = run(capsys, "explain", "job-tll")
-    assert code == 2 and out == ""
-    assert err.startswith("gpuguard: error: unknown policy 'job-tll'") and "job-ttl" in err
 
 
 def test_no_traceback_reaches_users_from_the_real_entry_point(tmp_path: Path) -> None:

@@ -6,10 +6,13 @@ what the policies find in a given manifest.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from webhook.audit import cost
-from webhook.config import load_config
+from webhook.config import Cost, load_config
 from webhook.decision import Decision, Violation
 
 
@@ -77,7 +80,16 @@ def test_prices_come_from_the_config_cost_section() -> None:
     prices = cost.Prices.from_config(config)
     assert prices.gpu_hourly_usd == config.cost.gpu_hourly_usd
     assert prices.product_hourly_usd == config.cost.product_hourly_usd
-    assert cost.Prices.from_config(object()).gpu_hourly_usd == cost.DEFAULT_GPU_HOURLY_USD
+    assert cost.Prices.from_config(object()).gpu_hourly_usd == Cost().gpu_hourly_usd
+
+
+def test_one_price_table_the_shipped_config_and_the_docs_agree() -> None:
+    """The shipped config has no cost section, so it gets the model's prices; docs/audit.md shows them."""
+    assert load_config(None).cost == Cost()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "audit.md").read_text()
+    block = docs.split("```yaml\napiVersion: gpuguard.io/v1alpha1\nkind: GpuguardConfig\ncost:", 1)[1]
+    shown = yaml.safe_load("cost:" + block.split("```", 1)[0])["cost"]
+    assert shown == Cost().model_dump(by_alias=True), "docs/audit.md shows other prices than webhook/config.py"
 
 
 def test_without_gpus_by_resource_all_gpus_are_nvidia() -> None:

@@ -17,11 +17,11 @@ import jsonschema
 import pytest
 import yaml
 
-from webhook.audit.catalog import load_catalog
 from webhook.audit.cost import Prices
 from webhook.audit.formats import FORMATS, RenderOptions, htmlreport, junit, policyreport, render, sarif
 from webhook.audit.inputs import load
 from webhook.audit.run import AuditReport, evaluate_all, file_context
+from webhook.catalog import load_catalog
 from webhook.config import load_config
 from webhook.engine import Engine
 

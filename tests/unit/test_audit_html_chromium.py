@@ -50,9 +50,9 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from webhook.audit.catalog import load_catalog
     from webhook.audit.cost import Prices
     from webhook.audit.run import evaluate_all, file_context
+    from webhook.catalog import load_catalog
     from webhook.config import load_config
     from webhook.engine import Engine
 

@@ -170,7 +170,7 @@ def test_half_a_ca_is_an_error_not_a_silent_new_ca(tmp_path: Path) -> None:
 
 def test_leaf_never_outlives_its_ca(tmp_path: Path) -> None:
     paths = certs.write_bundle(tmp_path / "pki", SERVICE, NAMESPACE, days=365, ca_days=5)
-    assert certs.cert_expiry(paths.tls_cert) == certs.cert_expiry(paths.ca_cert)
+    assert _not_after(paths.tls_cert) == _not_after(paths.ca_cert)
 
 
 def test_rsa_keys_on_request(tmp_path: Path) -> None:
@@ -190,11 +190,15 @@ def test_python_api_issue_in_memory() -> None:
     assert leaf.issuer == ca_cert.subject
 
 
-# ---------------------------------------------------------------- expiry
+# ---------------------------------------------------------------- expiry (what the metric and renewal read)
+
+
+def _not_after(path: Path) -> dt.datetime:
+    return load_cert(path).not_valid_after_utc
 
 
 def test_cert_expiry_is_aware_utc_and_matches_days(bundle: certs.BundlePaths) -> None:
-    expiry = certs.cert_expiry(bundle.tls_cert)
+    expiry = _not_after(bundle.tls_cert)
     assert expiry.tzinfo is not None and expiry.utcoffset() == dt.timedelta(0)
     expected = dt.datetime.now(dt.UTC) + dt.timedelta(days=365)
     assert abs(expiry - expected) < dt.timedelta(minutes=5)
@@ -202,10 +206,10 @@ def test_cert_expiry_is_aware_utc_and_matches_days(bundle: certs.BundlePaths) ->
 
 def test_cert_expiry_of_missing_or_bad_file(tmp_path: Path) -> None:
     with pytest.raises(certs.CertError, match="no such file"):
-        certs.cert_expiry(tmp_path / "nope.crt")
+        _not_after(tmp_path / "nope.crt")
     (tmp_path / "junk.crt").write_text("not a cert")
     with pytest.raises(certs.CertError, match="not a PEM certificate"):
-        certs.cert_expiry(tmp_path / "junk.crt")
+        _not_after(tmp_path / "junk.crt")
 
 
 # ---------------------------------------------------------------- renew
@@ -225,7 +229,7 @@ def test_renew_keeps_ca_and_replaces_leaf_when_due(tmp_path: Path) -> None:
     assert new_leaf.serial_number != old_leaf.serial_number
     assert paths.tls_key.read_bytes() != old_key
     assert sans_of(new_leaf) == sans_of(old_leaf)
-    assert certs.cert_expiry(paths.tls_cert) - dt.datetime.now(dt.UTC) > dt.timedelta(days=89)
+    assert _not_after(paths.tls_cert) - dt.datetime.now(dt.UTC) > dt.timedelta(days=89)
     assert _mode(paths.tls_key) == 0o600
     assert _no_temp_files(paths.tls_cert.parent)
     _tls_handshake(paths.ca_cert, paths.tls_cert, paths.tls_key, "127.0.0.1")

@@ -94,4 +94,4 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def test_default_path_is_packaged():
-    assert DEFAULT_CONFIG_PATH.name == "default-config.yaml" and DEFAULT_CONFIG_PATH.exists()
+    assert DEFAULT_CONFIG_PATH.name == "default-config.yaml" and DEFAULT_CONFIG_PATH.is_file()

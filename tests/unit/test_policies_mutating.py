@@ -207,8 +207,8 @@ def test_ttl_capped_and_lower_user_value_kept(kind):
     obj = make(kind, pvc_pod_spec())
     first = engine.evaluate(obj).mutated
     # put a too-large TTL where the kind keeps it and check it is capped
-    from webhook import kinds as kinds_mod
-    from webhook.kinds import get_path
+    from workloads import kinds as kinds_mod
+    from workloads.kinds import get_path
     path = kinds_mod.lookup(obj["apiVersion"], obj["kind"]).job.ttl
     get_path(first, path[:-1])[path[-1]] = 10**7
     assert job_field(engine.evaluate(first).mutated, "ttl") == 604800
@@ -315,7 +315,7 @@ def test_full_default_set_is_idempotent_with_user_content():
     assert first.allowed, [v.text for v in first.violations]
 
 
-MUTATING = [p.id for p in __import__("policies").REGISTRY.values() if p.mutating]
+MUTATING = [p.id for p in __import__("policies").REGISTRY.values() if p.phase == "mutating"]
 
 
 @pytest.mark.parametrize("policy_id", MUTATING)

@@ -12,8 +12,8 @@ README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 def test_readme_policy_table_matches_registry():
     rows = re.findall(r"^\| `([a-z-]+)` \| (mutating|validating) \| (enforce|warn|audit|off) \|", README, re.M)
-    assert [(pid, kind, action) for pid, kind, action in rows] == [
-        (p.id, p.kind, p.default_action) for p in REGISTRY.values()]
+    assert [(pid, phase, action) for pid, phase, action in rows] == [
+        (p.id, p.phase, p.default_action) for p in REGISTRY.values()]
 
 
 def test_readme_first_commands_are_install_run_and_test():

@@ -12,7 +12,7 @@ import yaml
 
 from certs import write_bundle
 from webhook import webhookconfig as wc
-from webhook.kinds import KINDS
+from workloads.kinds import KINDS
 
 
 def _build(**kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from webhook import kinds
-from webhook.kinds import get_path
+from workloads import kinds
+from workloads.paths import get_path
 
 
 def gpu_container(gpus: int = 1, name: str = "trainer", **extra: Any) -> dict:

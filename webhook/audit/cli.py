@@ -1,4 +1,4 @@
-"""``gpuguard audit``, ``gpuguard policies`` and ``gpuguard explain``: flags in, exit code out.
+"""``gpuguard audit``: flags in, exit code out.
 
 This module only parses flags, wires inputs (files or a cluster) to the engine and picks a
 format; every decision comes from ``webhook.engine`` and every count from
@@ -17,42 +17,19 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-import orjson
-import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
-from rich.table import Table
 
-from webhook.audit import catalog as catalog_mod
 from webhook.audit import cost, inputs, mutation
 from webhook.audit.formats import FORMATS, HUMAN_FORMATS, RenderOptions, render
 from webhook.audit.run import EXIT_ERROR, FAIL_ON, AuditItem, AuditReport, evaluate_all, file_context
-
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Flags that don't fit together; reported like argparse errors, exit 2."""
+from webhook.catalog import load_catalog
+from webhook.cliutil import UsageError, error, guard
 
 
 def register(subparsers: Any) -> None:
-    """Add ``audit``, ``policies`` and ``explain`` to the ``gpuguard`` command."""
-    _register_audit(subparsers)
-    policies = subparsers.add_parser("policies", help="list every policy with its kind and default action",
-                                     description="List every policy gpuguard ships: id, kind (mutating or "
-                                     "validating), default action and what it does.")
-    policies.add_argument("--format", choices=("table", "json"), default="table")
-    policies.set_defaults(func=_guard(run_policies))
-    explain = subparsers.add_parser("explain", help="what a policy checks, why, its settings and an example",
-                                    description="Explain one policy: what it checks, why it matters, its "
-                                    "settings (name, type, default) and a manifest that passes it.")
-    explain.add_argument("policy", help="policy id, e.g. job-ttl (see `gpuguard policies`)")
-    explain.add_argument("--format", choices=("text", "json"), default="text")
-    explain.set_defaults(func=_guard(run_explain))
-
-
-def _register_audit(subparsers: Any) -> None:
+    """Add ``audit`` to the ``gpuguard`` command."""
     parser = subparsers.add_parser(
         "audit", help="what gpuguard would change and reject, for manifests or a live cluster",
         description="Evaluate manifests (files, folders, - for stdin) or a live cluster's workloads with the "
@@ -70,7 +47,8 @@ def _register_audit(subparsers: Any) -> None:
                         help="with --cluster: the namespace to audit (default: the context's); with files: the "
                         "namespace of objects without one (default: default)")
     source.add_argument("-A", "--all-namespaces", action="store_true", help="with --cluster: every namespace")
-    source.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    source.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, then "
+                        "~/.kube/config)")
     source.add_argument("--context", help="kubeconfig context (default: the current one)")
     source.add_argument("--chunk-size", type=_positive, default=500, metavar="N",
                         help="objects per list request (default: 500)")
@@ -95,7 +73,7 @@ def _register_audit(subparsers: Any) -> None:
     output.add_argument("-v", "--verbose", action="store_true",
                         help="table: also list objects that are not checked (ConfigMaps, exempt namespaces ...)")
     output.add_argument("--no-progress", action="store_true", help="never show a progress bar")
-    parser.set_defaults(func=_guard(run_audit))
+    parser.set_defaults(func=guard(run_audit))
 
 
 def _positive(text: str) -> int:
@@ -103,32 +81,6 @@ def _positive(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError("must be a positive integer")
     return value
-
-
-def _guard(func: Any) -> Any:
-    """Turn any error into one ``gpuguard: error:`` line and exit 2, never a traceback."""
-
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except UsageError as exc:
-            _error(f"{exc}")
-            return EXIT_USAGE
-        except BrokenPipeError:  # `gpuguard audit ... | head`
-            with contextlib.suppress(OSError):
-                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the interpreter's flush at exit
-            return EXIT_ERROR
-        except Exception as exc:
-            if os.environ.get("GPUGUARD_DEBUG"):
-                raise
-            _error(f"unexpected {type(exc).__name__}: {exc} (GPUGUARD_DEBUG=1 shows the traceback)")
-            return EXIT_ERROR
-
-    return wrapper
-
-
-def _error(message: str) -> None:
-    print(f"gpuguard: error: {message}", file=sys.stderr)
 
 
 def _note(message: str) -> None:
@@ -187,10 +139,10 @@ def run_audit(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        _error(str(exc))
+        error(str(exc))
         return EXIT_ERROR
     except OSError as exc:
-        _error(f"{args.config}: {exc.strerror or exc}")
+        error(f"{args.config}: {exc.strerror or exc}")
         return EXIT_ERROR
     engine = Engine(config)
     prices = cost.Prices.from_config(config)
@@ -236,7 +188,7 @@ def run_audit(args: argparse.Namespace) -> int:
             notes.extend(cluster_notes)
     if not items and not extra_errors:
         notes.append("no Kubernetes objects found in the given inputs")
-    report = AuditReport(items, fail_on=args.fail_on, catalog=_catalog(), sources=sources,
+    report = AuditReport(items, fail_on=args.fail_on, catalog=load_catalog(), sources=sources,
                          extra_errors=extra_errors, notes=notes)
     _write(report, args)
     return report.exit_code
@@ -249,7 +201,7 @@ def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, i
     try:
         conn = connect(args.kubeconfig, args.context)
     except ClusterError as exc:
-        _error(str(exc))
+        error(str(exc))
         return EXIT_ERROR
     namespace = None if args.all_namespaces else (args.namespace or conn.namespace)
     if namespace and not args.namespace:
@@ -273,7 +225,7 @@ def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, i
     try:
         items.extend(evaluate_all(lister.objects(on_kind), engine.evaluate, prices, on_item=on_item))
     except ClusterError as exc:
-        _error(str(exc))
+        error(str(exc))
         return EXIT_ERROR
     finally:
         with contextlib.suppress(Exception):
@@ -283,10 +235,6 @@ def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, i
         notes.append(f"{lister.skipped_owned} objects owned by a controller gpuguard also lists were not "
                      "counted twice (e.g. ReplicaSets of Deployments, Pods of Jobs)")
     return lister.source, list(lister.errors), notes
-
-
-def _catalog() -> dict[str, catalog_mod.PolicyInfo]:
-    return catalog_mod.load_catalog()
 
 
 @contextlib.contextmanager
@@ -326,78 +274,3 @@ def _print_diffs(report: AuditReport) -> None:
             console.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
         else:
             sys.stdout.write(diff)
-
-
-# ---------------------------------------------------------------------------------------------- policies
-def run_policies(args: argparse.Namespace) -> int:
-    policies = catalog_mod.load_catalog()
-    if args.format == "json":
-        rows = [{"id": p.id, "kind": p.kind, "defaultAction": p.default_action, "title": p.title,
-                 "description": p.description} for p in policies.values()]
-        sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
-    console = _stdout_console()
-    table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    table.add_column("POLICY", no_wrap=True)
-    table.add_column("KIND", no_wrap=True)
-    table.add_column("DEFAULT", no_wrap=True)
-    table.add_column("WHAT IT DOES")
-    for p in policies.values():
-        table.add_row(p.id, p.kind, p.default_action, p.one_line)
-    console.print(table)
-    console.print("[dim]`gpuguard explain POLICY` tells what it checks, why, its settings and an example.[/dim]")
-    return 0
-
-
-def _stdout_console() -> Console:
-    tty = sys.stdout.isatty()
-    return Console(highlight=False, no_color=not tty or bool(os.environ.get("NO_COLOR")),
-                   width=None if tty else 120)
-
-
-def config_snippet(info: catalog_mod.PolicyInfo) -> str:
-    """The policy's block of a GpuguardConfig with every setting at its default."""
-    settings: dict[str, Any] = {}
-    for s in info.settings:
-        try:
-            settings[s.name] = orjson.loads(s.default)
-        except orjson.JSONDecodeError:
-            settings[s.name] = s.default
-    doc = {"apiVersion": "gpuguard.io/v1alpha1", "kind": "GpuguardConfig", "policies": {info.id: settings}}
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
-
-
-def run_explain(args: argparse.Namespace) -> int:
-    policies = catalog_mod.load_catalog()
-    try:
-        info = catalog_mod.find(policies, args.policy)
-    except catalog_mod.UnknownPolicyError as exc:
-        _error(str(exc))
-        return EXIT_USAGE
-    if args.format == "json":
-        data = {"id": info.id, "title": info.title, "kind": info.kind, "defaultAction": info.default_action,
-                "description": info.description, "rationale": info.rationale, "example": info.example,
-                "settings": [{"name": s.name, "type": s.type, "default": s.default, "description": s.description}
-                             for s in info.settings]}
-        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
-    console = _stdout_console()
-    console.print(f"[bold]{info.id}[/bold] — {info.title}")
-    console.print(f"{info.kind}, default action: {info.default_action}\n")
-    console.print("[bold]What it checks[/bold]")
-    console.print(info.description or "-")
-    console.print("\n[bold]Why it matters[/bold]")
-    console.print(info.rationale or "-")
-    console.print("\n[bold]Settings[/bold]")
-    table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    for column in ("NAME", "TYPE", "DEFAULT", "DESCRIPTION"):
-        table.add_column(column, overflow="fold")
-    for s in info.settings:
-        table.add_row(s.name, s.type, s.default, s.description)
-    console.print(table)
-    console.print("\n[bold]Configure it[/bold] (defaults shown)")
-    console.print(Syntax(config_snippet(info), "yaml", theme="ansi_dark", background_color="default"))
-    if info.example:
-        console.print("[bold]Passes[/bold]")
-        console.print(Syntax(info.example.rstrip(), "yaml", theme="ansi_dark", background_color="default"))
-    return 0

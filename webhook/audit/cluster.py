@@ -1,6 +1,6 @@
 """``audit --cluster``: every workload a live cluster runs, as the webhook would have seen it on CREATE.
 
-What gets listed is ``webhook.kinds.KINDS``, restricted by API discovery to what the cluster
+What gets listed is ``workloads.kinds.KINDS``, restricted by API discovery to what the cluster
 serves (a PyTorchJob is only listed where its CRD is installed, in a version gpuguard reads).
 Lists are paginated (``limit``/``continue``) so a large cluster never lands in one response.
 
@@ -18,22 +18,19 @@ fake or a real apiserver.
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 
+from kubeapi.client import ApiError, Connection, KubeConfigError, apis, core_v1, custom_objects
+from kubeapi.client import connect as _connect
 from webhook.audit.inputs import Document
 from webhook.decision import RequestContext
-from webhook.kinds import KINDS, KindSpec, lookup
+from workloads.kinds import KINDS, KindSpec, lookup
 
 DEFAULT_CHUNK_SIZE = 500
-_IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 SERVER_SET_METADATA = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation",
                        "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds")
 # Annotations written by clients and controllers, not by the workload's author.
@@ -45,47 +42,12 @@ class ClusterError(Exception):
     """The cluster cannot be audited at all (no kubeconfig, unreachable, discovery refused)."""
 
 
-@dataclass(frozen=True)
-class Connection:
-    api: k8s.ApiClient
-    namespace: str  # the context's namespace, kubectl's default
-    context: str  # context name, or "in-cluster"
-
-
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Connection:
-    """An ApiClient from a kubeconfig (``KUBECONFIG`` / ``~/.kube/config``), else in-cluster config."""
+    """An API client by ``kubeapi.client``'s credential order; ``ClusterError`` when there is none."""
     try:
-        contexts, active = k8s_config.list_kube_config_contexts(config_file=kubeconfig)
-    except (k8s_config.ConfigException, OSError) as exc:
-        if kubeconfig or context or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            raise ClusterError(f"cannot load kubeconfig: {exc}") from exc
-        return _in_cluster()
-    chosen = active
-    if context:
-        chosen = next((c for c in contexts if c.get("name") == context), None)
-        if chosen is None:
-            names = ", ".join(c.get("name", "?") for c in contexts) or "none"
-            raise ClusterError(f"context {context!r} not found in kubeconfig (contexts: {names})")
-    try:
-        api = k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
-    except (k8s_config.ConfigException, OSError, ValueError) as exc:
-        raise ClusterError(f"cannot load kubeconfig: {exc}") from exc
-    namespace = ((chosen or {}).get("context") or {}).get("namespace") or "default"
-    return Connection(api, namespace, (chosen or {}).get("name") or "current")
-
-
-def _in_cluster() -> Connection:
-    configuration = k8s.Configuration()
-    try:
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    except k8s_config.ConfigException as exc:
-        raise ClusterError(f"no kubeconfig and not in a cluster: {exc}") from exc
-    try:
-        with open(_IN_CLUSTER_NAMESPACE, encoding="utf-8") as handle:
-            namespace = handle.read().strip() or "default"
-    except OSError:
-        namespace = "default"
-    return Connection(k8s.ApiClient(configuration), namespace, "in-cluster")
+        return _connect(kubeconfig, context)
+    except KubeConfigError as exc:
+        raise ClusterError(str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -134,7 +96,7 @@ def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
 class ClusterLister:
     """Lists the workloads of one cluster (all namespaces, or one) for the audit."""
 
-    api: k8s.ApiClient
+    api: Any  # kubernetes.client.ApiClient
     namespace: str | None = None  # None: all namespaces
     chunk_size: int = DEFAULT_CHUNK_SIZE
     source: str = "cluster"
@@ -145,9 +107,9 @@ class ClusterLister:
     def served_kinds(self) -> list[ServedKind]:
         """gpuguard's kinds that this cluster serves, via API discovery."""
         try:
-            core = {r.name for r in k8s.CoreV1Api(self.api).get_api_resources().resources or []}
-            groups = {g.name: g for g in k8s.ApisApi(self.api).get_api_versions().groups or []}
-        except ApiException as exc:
+            core = {r.name for r in core_v1(self.api).get_api_resources().resources or []}
+            groups = {g.name: g for g in apis(self.api).get_api_versions().groups or []}
+        except ApiError as exc:
             raise ClusterError(f"API discovery failed: {_reason(exc)}") from exc
         except Exception as exc:  # urllib3/SSL/connection errors: say what the cluster was
             raise ClusterError(f"cannot reach the cluster at {self.api.configuration.host}: {exc}") from exc
@@ -180,9 +142,9 @@ class ClusterLister:
             key = (spec.group, version)
             if key not in cache:
                 try:
-                    listing = k8s.CustomObjectsApi(self.api).get_api_resources(spec.group, version)
+                    listing = custom_objects(self.api).get_api_resources(spec.group, version)
                     cache[key] = {r.name for r in listing.resources or [] if "list" in (r.verbs or [])}
-                except ApiException as exc:
+                except ApiError as exc:
                     self.notes.append(f"discovery of {spec.group}/{version} failed: {_reason(exc)}")
                     cache[key] = set()
             if spec.plural in cache[key]:
@@ -191,13 +153,13 @@ class ClusterLister:
 
     def namespace_labels(self) -> dict[str, dict[str, str]]:
         """Labels of the audited namespaces: they pick the config profile, as in the webhook."""
-        core = k8s.CoreV1Api(self.api)
+        core = core_v1(self.api)
         try:
             if self.namespace:
                 items = [_load(core.read_namespace(self.namespace, _preload_content=False))]
             else:
                 items = list(self._pages(lambda **kw: core.list_namespace(**kw)))
-        except ApiException as exc:
+        except ApiError as exc:
             self.notes.append(f"cannot read namespace labels ({_reason(exc)}): profiles chosen by label are "
                               "not applied")
             return {}
@@ -234,7 +196,7 @@ class ClusterLister:
                                          namespace_labels=dict(labels.get(namespace or "", {})))
                     yield Document(self.source, index, obj=obj), ctx
                     index += 1
-            except ApiException as exc:
+            except ApiError as exc:
                 self.errors.append(f"cannot list {kind.label}: {_reason(exc)}")
         if on_kind is not None:
             on_kind("done", len(served), len(served))
@@ -242,14 +204,14 @@ class ClusterLister:
     def _list_kind(self, kind: ServedKind) -> Iterator[dict[str, Any]]:
         spec, ns = kind.spec, self.namespace
         if not spec.group:
-            core = k8s.CoreV1Api(self.api)
+            core = core_v1(self.api)
             method = getattr(core, f"list_namespaced_{_singular(spec)}" if ns else
                              f"list_{_singular(spec)}_for_all_namespaces")
 
             def call(**kw: Any) -> Any:
                 return method(ns, **kw) if ns else method(**kw)
         else:
-            custom = k8s.CustomObjectsApi(self.api)
+            custom = custom_objects(self.api)
 
             def call(**kw: Any) -> Any:
                 group, version, plural = spec.group, kind.version, spec.plural
@@ -280,10 +242,10 @@ class ClusterLister:
                     token = (page.get("metadata") or {}).get("continue")
                     if not token:
                         return
-            except ApiException as exc:
+            except ApiError as exc:
                 if exc.status != 410 or not token:
                     raise
-        raise ApiException(status=410, reason="continue token kept expiring")
+        raise ApiError(status=410, reason="continue token kept expiring")
 
 
 def _singular(spec: KindSpec) -> str:
@@ -296,8 +258,8 @@ def _load(response: Any) -> dict[str, Any]:
     return orjson.loads(data)
 
 
-def _reason(exc: ApiException) -> str:
-    """``403 Forbidden: pods is forbidden: ...`` from an ApiException's Status body."""
+def _reason(exc: ApiError) -> str:
+    """``403 Forbidden: pods is forbidden: ...`` from an ApiError's Status body."""
     message = ""
     if exc.body:
         try:

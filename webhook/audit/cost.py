@@ -10,7 +10,9 @@ This is an estimate, on purpose a simple and explainable one.  A workload is *at
   nodes and the already-started members of a partial gang sit idle.
 
 Each at-risk workload is assumed to hold all its GPUs around the clock (24 GPU-hours per GPU
-per day): an upper bound, not a forecast.  Prices come from the config's ``cost`` section:
+per day): an upper bound, not a forecast.  Prices come from the config's ``cost`` section
+(``webhook.config.Cost``, whose defaults are public on-demand list prices, shown in
+``docs/audit.md``):
 ``productHourlyUsd`` by GPU product node-label value (or glob) when the workload pins a
 product with a nodeSelector or required node affinity, else ``gpuHourlyUsd`` by resource
 name (or glob).  Spot discounts and actual run times are not modelled.
@@ -23,23 +25,12 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from webhook.config import Cost
 from webhook.decision import Decision
-from webhook.kinds import get_path, lookup
+from workloads.kinds import lookup
+from workloads.paths import get_path
 
 HOURS_PER_DAY = 24
-
-# Seed list prices (USD per GPU-hour, on-demand), used only when the config has no cost section.
-# A100 80GB is about $3-5 and H100 about $8-10 at public clouds (shared/domain.md, "Money").
-DEFAULT_GPU_HOURLY_USD: dict[str, float] = {
-    "nvidia.com/gpu": 4.0,
-    "nvidia.com/gpu.shared": 1.0,
-    "nvidia.com/mig-*": 1.0,
-    "amd.com/gpu": 3.0,
-}
-DEFAULT_PRODUCT_HOURLY_USD: dict[str, float] = {
-    "*H100*": 9.0,  # matched case-insensitively: NVIDIA-H100-80GB-HBM3, nvidia-h100-80gb ...
-    "*A100*": 4.0,
-}
 
 # Node labels whose value names the GPU product; productHourlyUsd keys match their values.
 PRODUCT_LABELS = (
@@ -80,17 +71,15 @@ def _matching(table: Mapping[str, float], key: str, *, fold_case: bool = False) 
 class Prices:
     """GPU prices per GPU-hour: by resource name and by GPU product label value."""
 
-    gpu_hourly_usd: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_GPU_HOURLY_USD))
-    product_hourly_usd: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_PRODUCT_HOURLY_USD))
+    gpu_hourly_usd: Mapping[str, float] = field(default_factory=lambda: Cost().gpu_hourly_usd)
+    product_hourly_usd: Mapping[str, float] = field(default_factory=lambda: Cost().product_hourly_usd)
 
     @classmethod
     def from_config(cls, config: Any) -> Prices:
-        """The config's ``cost`` section, or the seed prices where it (or a table) is missing."""
+        """The config's ``cost`` section (its defaults, ``webhook.config.Cost``, where the file has none)."""
         cost = getattr(config, "cost", None)
-        gpu = getattr(cost, "gpu_hourly_usd", None)
-        product = getattr(cost, "product_hourly_usd", None)
-        return cls(dict(gpu) if gpu else dict(DEFAULT_GPU_HOURLY_USD),
-                   dict(product) if product else dict(DEFAULT_PRODUCT_HOURLY_USD))
+        cost = cost if isinstance(cost, Cost) else Cost()
+        return cls(dict(cost.gpu_hourly_usd), dict(cost.product_hourly_usd))
 
     def per_gpu_hour(self, resource: str, products: Iterable[str] = ()) -> float | None:
         """Price of one GPU of ``resource`` for an hour; a pinned product wins for whole GPUs.

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.audit import cost
-from webhook.audit.catalog import PolicyInfo
 from webhook.audit.inputs import Document
+from webhook.catalog import PolicyInfo
 from webhook.decision import Decision, RequestContext
 
 FAIL_ON = ("deny", "warn", "never")

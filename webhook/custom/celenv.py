@@ -25,13 +25,13 @@ from cel_expr_python.ext.ext_math import ExtMath
 from cel_expr_python.ext.ext_optional import ExtOptional
 from cel_expr_python.ext.ext_strings import ExtStrings
 
-from webhook import quantity as qty
+from workloads import quantity as qty
 
 #: Variables every rule sees, and what each holds (shown in errors and docs).
 OBJECT_VARIABLES: dict[str, str] = {
     "object": "the object as admitted (after gpuguard's mutations)",
     "oldObject": "the stored object on UPDATE, else null",
-    "request": "operation, namespace, name, dryRun, userInfo {username, groups}, kind {group, version, kind}",
+    "request": "operation, namespace, name, userInfo {username, groups}, kind {group, version, kind}",
     "namespaceObject": "metadata {name, labels} of the request's namespace (null for cluster-scoped)",
     "workload": "kind, group, apiVersion, name, class, acceleratorsPerPod, acceleratorsTotal, "
                 "acceleratorsByResource, pods",

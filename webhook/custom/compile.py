@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from webhook import kinds as kinds_mod
 from webhook.custom import celenv
 from webhook.custom.model import CustomPolicy, Validation
+from workloads import kinds as kinds_mod
 
 #: ``where(loc)`` -> ``"file:line"`` for a key path of the config document.
 Where = Callable[[tuple], str]

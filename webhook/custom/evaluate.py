@@ -17,8 +17,8 @@ from typing import Any
 
 from webhook.custom import celenv
 from webhook.custom.compile import CompiledRule, CompiledValidation
-from webhook.decision import ACTION_TO_VERDICT, Violation
-from webhook.workload import PodTemplate, WorkloadView
+from webhook.decision import ACTION_TO_VERDICT, RequestContext, Violation
+from workloads.view import PodTemplate, WorkloadView
 
 log = logging.getLogger("gpuguard.custom")
 
@@ -30,14 +30,7 @@ class RuleError(Exception):
     """A custom rule's expression failed on this object (the message says which and why)."""
 
 
-def _namespace(view: WorkloadView) -> str | None:
-    meta = view.obj.get("metadata")
-    ns = meta.get("namespace") if isinstance(meta, dict) else None
-    return ns if isinstance(ns, str) else view.ctx.namespace
-
-
-def _base_variables(view: WorkloadView, namespace: str | None) -> dict[str, Any]:
-    ctx = view.ctx
+def _base_variables(view: WorkloadView, ctx: RequestContext, namespace: str | None) -> dict[str, Any]:
     api_version = view.obj.get("apiVersion")
     version = api_version.rsplit("/", 1)[-1] if isinstance(api_version, str) else ""
     per_pod = max((t.gpus_per_pod for t in view.templates), default=0)
@@ -50,7 +43,6 @@ def _base_variables(view: WorkloadView, namespace: str | None) -> dict[str, Any]
             "operation": ctx.operation,
             "namespace": namespace or "",
             "name": name if isinstance(name, str) else "",
-            "dryRun": ctx.dry_run,
             "userInfo": {"username": ctx.username, "groups": list(ctx.groups)},
             "kind": {"group": view.kind.group, "version": version, "kind": view.kind.kind},
         },
@@ -163,17 +155,21 @@ def _evaluate_rule(rule: CompiledRule, action: str, data: dict[str, Any], shared
                           target)]
 
 
-def evaluate(view: WorkloadView, rules: tuple[tuple[CompiledRule, str], ...]) -> list[Violation]:
-    """Findings of the enabled custom ``rules`` (with their actions) on ``view``."""
+def evaluate(view: WorkloadView, rules: tuple[tuple[CompiledRule, str], ...], ctx: RequestContext,
+             namespace: str | None) -> list[Violation]:
+    """Findings of the enabled custom ``rules`` (with their actions) on ``view``.
+
+    ``namespace`` is the object's (or the request's, for objects without one), as the engine
+    decided it for profiles.
+    """
     if not rules:
         return []
-    namespace = _namespace(view)
-    labels = view.ctx.namespace_labels
+    labels = ctx.namespace_labels
     active = [(rule, action) for rule, action in rules
               if rule.matches(view.kind, view.workload_class, namespace, labels)]
     if not active:
         return []
-    base = _base_variables(view, namespace)
+    base = _base_variables(view, ctx, namespace)
     env = celenv.runtime()
     # One activation per pod template (the object's conversion is paid once per activation):
     # object-scope rules share the first template's, or a template-less one.

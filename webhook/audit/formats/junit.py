@@ -15,7 +15,7 @@ from typing import TextIO
 from webhook.audit import mutation
 from webhook.audit.formats import RenderOptions
 from webhook.audit.run import AuditItem, AuditReport
-from webhook.kinds import lookup
+from workloads.kinds import lookup
 
 _FAILING = {"deny": {"deny"}, "warn": {"deny", "warn"}, "never": set()}
 

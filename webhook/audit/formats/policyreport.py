@@ -22,7 +22,7 @@ import yaml
 from webhook.audit import mutation
 from webhook.audit.formats import RenderOptions
 from webhook.audit.run import AuditItem, AuditReport
-from webhook.kinds import lookup
+from workloads.kinds import lookup
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 REPORT_NAME = "gpuguard-audit"
@@ -67,7 +67,7 @@ def _workload_results(item: AuditItem, report: AuditReport, ts: dict[str, int]) 
     changes = "; ".join(mutation.describe_changes(item.patch))
     for pid in report.policy_ids():
         info = report.catalog.get(pid)
-        category = f"gpuguard {info.kind}" if info else "gpuguard"
+        category = f"gpuguard {info.phase}" if info else "gpuguard"
         found = [v for v in item.violations if v.policy == pid]
         for v in found:
             result, severity = RESULTS.get(v.verdict, ("warn", "low"))

@@ -19,10 +19,10 @@ from urllib.parse import quote
 import orjson
 
 from webhook import __version__
-from webhook.audit.catalog import PolicyInfo
 from webhook.audit.formats import RenderOptions
 from webhook.audit.inputs import STDIN_NAME
 from webhook.audit.run import AuditItem, AuditReport
+from webhook.catalog import PolicyInfo
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INPUT_RULE = "invalid-input"
@@ -83,7 +83,7 @@ def _rule(pid: str, info: PolicyInfo | None) -> dict[str, Any]:
         "fullDescription": {"text": info.description or info.title or pid},
         "help": {"text": help_text, "markdown": markdown},
         "defaultConfiguration": {"level": DEFAULT_LEVELS.get(info.default_action, "warning")},
-        "properties": {"tags": ["gpuguard", "kubernetes", info.kind]},
+        "properties": {"tags": ["gpuguard", "kubernetes", info.phase]},
     }
 
 

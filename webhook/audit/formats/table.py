@@ -136,7 +136,7 @@ def _summary(report: AuditReport) -> list:
             quiet += 1
             continue
         info = report.catalog.get(pid)
-        table.add_row(pid, info.kind if info else "", *(str(counts[c] or "") for c in ("deny", "warn", "audit",
+        table.add_row(pid, info.phase if info else "", *(str(counts[c] or "") for c in ("deny", "warn", "audit",
                                                                                        "mutate")))
     if table.row_count:
         out.append(table)

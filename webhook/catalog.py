@@ -1,5 +1,8 @@
 """What each policy is, for people: the data behind ``gpuguard policies``/``explain`` and report rules.
 
+Shared by the ``policies``/``explain`` commands (``webhook/policies_cmd.py``) and the audit
+formats, so it sits below both rather than inside the audit.
+
 Read from ``policies.REGISTRY`` and each policy's pydantic settings model, so the docs users
 see can never drift from what the engine runs.  SARIF rules, JUnit test names and the HTML
 report use the same catalog.
@@ -15,6 +18,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import orjson
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticUndefined
+
+from policies import REGISTRY, Policy
 
 _ACTION_HELP = ("enforce: deny (validating) or apply (mutating); warn: allow with a kubectl warning; "
                 "audit: allow, record only; off: skip")
@@ -36,7 +41,7 @@ class SettingInfo:
 class PolicyInfo:
     id: str
     title: str
-    kind: str  # mutating | validating
+    phase: str  # mutating | validating
     default_action: str
     description: str
     rationale: str
@@ -104,24 +109,21 @@ def settings_of(model: type[BaseModel] | None) -> tuple[SettingInfo, ...]:
     return tuple(out)
 
 
-def _info(policy: Any) -> PolicyInfo:
-    mutating = bool(getattr(policy, "mutating", False))
+def _info(policy: Policy) -> PolicyInfo:
     return PolicyInfo(
         id=policy.id,
-        title=getattr(policy, "title", "") or "",
-        kind="mutating" if mutating else "validating",
-        default_action=str(getattr(policy, "default_action", "enforce")),
-        description=" ".join((getattr(policy, "description", "") or "").split()),
-        rationale=" ".join((getattr(policy, "rationale", "") or "").split()),
-        example=getattr(policy, "example", "") or "",
-        settings=settings_of(getattr(policy, "settings_model", None)),
+        title=policy.title,
+        phase=policy.phase,
+        default_action=policy.default_action,
+        description=" ".join(policy.description.split()),
+        rationale=" ".join(policy.rationale.split()),
+        example=policy.example,
+        settings=settings_of(policy.settings_model),
     )
 
 
 def load_catalog() -> dict[str, PolicyInfo]:
     """Every registered policy, in engine order."""
-    from policies import REGISTRY
-
     return {pid: _info(policy) for pid, policy in REGISTRY.items()}
 
 

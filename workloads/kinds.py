@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-Path = tuple[str | int, ...]
+from workloads.paths import Path, get_path
 
 
 @dataclass(frozen=True)
@@ -57,31 +57,10 @@ class KindSpec:
     default_class: str
     locate: Any = field(repr=False)  # Callable[[dict], Iterator[TemplateRef]]
     job: JobFields | None = None
-    namespaced: bool = True
 
     @property
     def api_group_kind(self) -> tuple[str, str]:
         return (self.group, self.kind)
-
-
-def _get(obj: Any, path: Path) -> Any:
-    """Follow ``path`` through dicts and lists; ``None`` when any step is missing or mistyped."""
-    cur = obj
-    for step in path:
-        if isinstance(step, int):
-            if not isinstance(cur, list) or step >= len(cur):
-                return None
-            cur = cur[step]
-        elif isinstance(cur, dict):
-            cur = cur.get(step)
-        else:
-            return None
-    return cur
-
-
-def get_path(obj: Any, path: Path) -> Any:
-    """Public read-only path lookup; tolerant of malformed objects."""
-    return _get(obj, path)
 
 
 def _int(value: Any, default: int = 1) -> int:
@@ -97,7 +76,7 @@ def _pod(obj: dict) -> Iterator[TemplateRef]:
 
 def _template(prefix: Path, replicas_path: Path | None = None, role: str = "template"):
     def locate(obj: dict) -> Iterator[TemplateRef]:
-        replicas = _int(_get(obj, replicas_path)) if replicas_path else 1
+        replicas = _int(get_path(obj, replicas_path)) if replicas_path else 1
         yield TemplateRef(role, prefix + ("template", "spec"), prefix + ("template", "metadata"), replicas)
 
     return locate
@@ -105,8 +84,8 @@ def _template(prefix: Path, replicas_path: Path | None = None, role: str = "temp
 
 def _job_replicas(job_spec: Any) -> int:
     """Pods a Job runs at once: parallelism (default 1), capped by completions when set."""
-    parallelism = _int(_get(job_spec, ("parallelism",)))
-    completions = _get(job_spec, ("completions",))
+    parallelism = _int(get_path(job_spec, ("parallelism",)))
+    completions = get_path(job_spec, ("completions",))
     if isinstance(completions, int) and not isinstance(completions, bool) and completions > 0:
         return min(parallelism, completions)
     return parallelism
@@ -114,20 +93,20 @@ def _job_replicas(job_spec: Any) -> int:
 
 def _job(obj: dict) -> Iterator[TemplateRef]:
     yield TemplateRef("job", ("spec", "template", "spec"), ("spec", "template", "metadata"),
-                      _job_replicas(_get(obj, ("spec",))))
+                      _job_replicas(get_path(obj, ("spec",))))
 
 
 def _cronjob(obj: dict) -> Iterator[TemplateRef]:
     base: Path = ("spec", "jobTemplate", "spec")
     yield TemplateRef("job", base + ("template", "spec"), base + ("template", "metadata"),
-                      _job_replicas(_get(obj, base)))
+                      _job_replicas(get_path(obj, base)))
 
 
 def _replica_map(field_name: str):
     """Kubeflow v1 / MPI: ``spec.<x>ReplicaSpecs.<Role>.template`` (role keys are case-insensitive)."""
 
     def locate(obj: dict) -> Iterator[TemplateRef]:
-        specs = _get(obj, ("spec", field_name))
+        specs = get_path(obj, ("spec", field_name))
         if not isinstance(specs, dict):
             return
         for role, rspec in specs.items():
@@ -140,20 +119,20 @@ def _replica_map(field_name: str):
 
 
 def _jobset(obj: dict) -> Iterator[TemplateRef]:
-    jobs = _get(obj, ("spec", "replicatedJobs"))
+    jobs = get_path(obj, ("spec", "replicatedJobs"))
     if not isinstance(jobs, list):
         return
     for i, rjob in enumerate(jobs):
         if not isinstance(rjob, dict):
             continue
         base: Path = ("spec", "replicatedJobs", i, "template", "spec")
-        per_job = _job_replicas(_get(rjob, ("template", "spec")))
+        per_job = _job_replicas(get_path(rjob, ("template", "spec")))
         yield TemplateRef(str(rjob.get("name", i)), base + ("template", "spec"), base + ("template", "metadata"),
                           _int(rjob.get("replicas")) * per_job)
 
 
 def _volcano(obj: dict) -> Iterator[TemplateRef]:
-    tasks = _get(obj, ("spec", "tasks"))
+    tasks = get_path(obj, ("spec", "tasks"))
     if not isinstance(tasks, list):
         return
     for i, task in enumerate(tasks):
@@ -166,9 +145,9 @@ def _volcano(obj: dict) -> Iterator[TemplateRef]:
 def _ray_groups(prefix: Path):
     def locate(obj: dict) -> Iterator[TemplateRef]:
         head = prefix + ("headGroupSpec", "template")
-        if isinstance(_get(obj, head), dict):
+        if isinstance(get_path(obj, head), dict):
             yield TemplateRef("head", head + ("spec",), head + ("metadata",), 1)
-        groups = _get(obj, prefix + ("workerGroupSpecs",))
+        groups = get_path(obj, prefix + ("workerGroupSpecs",))
         if isinstance(groups, list):
             for i, group in enumerate(groups):
                 if not isinstance(group, dict):
@@ -184,15 +163,15 @@ def _ray_groups(prefix: Path):
 def _rayjob(obj: dict) -> Iterator[TemplateRef]:
     yield from _ray_groups(("spec", "rayClusterSpec"))(obj)
     sub = ("spec", "submitterPodTemplate")
-    if isinstance(_get(obj, sub), dict):
+    if isinstance(get_path(obj, sub), dict):
         yield TemplateRef("submitter", sub + ("spec",), sub + ("metadata",), 1)
 
 
 def _lws(obj: dict) -> Iterator[TemplateRef]:
-    groups = _int(_get(obj, ("spec", "replicas")))
-    size = _int(_get(obj, ("spec", "leaderWorkerTemplate", "size")))
+    groups = _int(get_path(obj, ("spec", "replicas")))
+    size = _int(get_path(obj, ("spec", "leaderWorkerTemplate", "size")))
     base: Path = ("spec", "leaderWorkerTemplate")
-    if isinstance(_get(obj, base + ("leaderTemplate",)), dict):
+    if isinstance(get_path(obj, base + ("leaderTemplate",)), dict):
         yield TemplateRef("leader", base + ("leaderTemplate", "spec"), base + ("leaderTemplate", "metadata"), groups)
         workers = groups * max(size - 1, 0)
     else:
@@ -202,7 +181,7 @@ def _lws(obj: dict) -> Iterator[TemplateRef]:
 
 def _kserve(obj: dict) -> Iterator[TemplateRef]:
     for component in ("predictor", "transformer", "explainer"):
-        comp = _get(obj, ("spec", component))
+        comp = get_path(obj, ("spec", component))
         if not isinstance(comp, dict):
             continue
         replicas = max(_int(comp.get("minReplicas")), 1)

@@ -12,61 +12,18 @@ the apiserver would reject anyway must still get a decision, not an exception.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
 from typing import Any
 
-from webhook import quantity
-from webhook.decision import RequestContext
-from webhook.kinds import KindSpec, Path, TemplateRef, get_path
+from workloads import quantity
+from workloads.kinds import KindSpec, TemplateRef
+from workloads.paths import Path, child_dict, dicts, dotted, get_path
 
 WORKLOAD_CLASS_LABEL = "gpuguard.io/workload-class"
 WORKLOAD_CLASSES = ("training", "inference", "notebook")
-
-
-def dotted(path: Path) -> str:
-    """``("spec", "containers", 0)`` -> ``spec.containers[0]``: the form kubectl users read."""
-    out = ""
-    for step in path:
-        if isinstance(step, int):
-            out += f"[{step}]"
-        else:
-            out += f".{step}" if out else step
-    return out
-
-
-def child_dict(parent: Any, key: str) -> dict | None:
-    """``parent[key]`` as a dict, created when absent; ``None`` when it holds something else.
-
-    Mutating policies use this so that a user's wrong-typed field is left for the apiserver
-    to reject rather than silently overwritten.
-    """
-    if not isinstance(parent, dict):
-        return None
-    value = parent.get(key)
-    if value is None:
-        value = parent[key] = {}
-    return value if isinstance(value, dict) else None
-
-
-def child_list(parent: Any, key: str) -> list | None:
-    """``parent[key]`` as a list, created when absent; ``None`` when it holds something else."""
-    if not isinstance(parent, dict):
-        return None
-    value = parent.get(key)
-    if value is None:
-        value = parent[key] = []
-    return value if isinstance(value, list) else None
-
-
-def dicts(value: Any) -> Iterator[tuple[int, dict]]:
-    """The dict items of a list, with their index; nothing for a non-list."""
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            if isinstance(item, dict):
-                yield i, item
 
 
 @dataclass
@@ -184,7 +141,6 @@ class WorkloadView:
     kind: KindSpec
     workload_class: str
     templates: list[PodTemplate]
-    ctx: RequestContext
     owned_by_controller: bool
 
     @property
@@ -254,8 +210,8 @@ def _owned_by_controller(obj: dict) -> bool:
     return any(ref.get("controller") is True for _, ref in dicts(refs))
 
 
-def build_view(obj: dict, kind: KindSpec, ctx: RequestContext, is_gpu: Callable[[str], bool],
-               classify: Callable[[dict, KindSpec, bool], str]) -> WorkloadView:
+def build_view(obj: dict, kind: KindSpec, is_gpu: Callable[[str], bool],
+               classify: Callable[[dict, KindSpec], str]) -> WorkloadView:
     """Find every pod template of ``obj`` (a working copy) and the GPUs each container asks for."""
     templates: list[PodTemplate] = []
     for ref in kind.locate(obj):
@@ -269,4 +225,4 @@ def build_view(obj: dict, kind: KindSpec, ctx: RequestContext, is_gpu: Callable[
         ]
         templates.append(PodTemplate(ref, spec, obj, containers))
     owned = kind.kind == "Pod" and _owned_by_controller(obj)
-    return WorkloadView(obj, kind, classify(obj, kind, owned), templates, ctx, owned)
+    return WorkloadView(obj, kind, classify(obj, kind), templates, owned)

@@ -1,0 +1,348 @@
+"""Policy fixture suites: find the cases of a folder tree, run each through the engine, say what differs.
+
+The format is ``docs/policy-fixtures.md``; the project's own ``tests/policies/`` and the
+suites admins run with ``gpuguard test`` are both read by this module, so a fixture means the
+same thing to both.  It is a library: ``discover`` finds cases, ``run_case`` runs one and
+returns a ``CaseResult`` whose ``mismatches`` are sentences a reader can act on.  Nothing
+here prints or exits; the caller (pytest, the CLI) decides how to show results.
+
+A case is evaluated as ``gpuguard evaluate`` evaluates an object (mutating policies, then
+validating policies on the mutated object) and then checked four ways: the decision
+(allowed, findings, mutatedBy), the mutated object, the JSON patch applied with the
+``jsonpatch`` library, and a second evaluation of the mutated object (mutations must be
+idempotent, so it must give an empty patch).
+
+Where a suite ends: the folders between a case and the path given to ``discover``, plus any
+parent folders above that path that hold a ``suite.yaml`` (so pointing at one case of a
+suite still runs it with its suite's settings).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonpatch
+import orjson
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from webhook.config import Config, ConfigError, PolicySet, load_config
+from webhook.decision import Decision, RequestContext, Violation
+from webhook.engine import Engine
+from webhook.patch import make_patch
+
+INPUT = "input.yaml"
+EXPECT = "expect.yaml"
+MUTATED = "mutated.yaml"
+OLD = "old.yaml"
+CONFIG = "config.yaml"
+SUITE = "suite.yaml"
+
+
+class SuiteError(Exception):
+    """A path given to ``discover`` that does not exist or holds no case."""
+
+
+# ---------------------------------------------------------------- the files' schemas
+
+class _Model(BaseModel):
+    """camelCase keys as in the rest of gpuguard's YAML; unknown keys are mistakes, so refused."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class Request(_Model):
+    """The admission request a case is evaluated under (every field optional; defaults as documented)."""
+
+    operation: Literal["CREATE", "UPDATE"] | None = None
+    namespace: str | None = None
+    namespace_labels: dict[str, str] | None = None
+    username: str | None = None
+    groups: list[str] | None = None
+
+    def over(self, base: Request) -> Request:
+        """This request's fields where set, ``base``'s elsewhere (a case refines its suite's request)."""
+        return base.model_copy(update={k: v for k, v in self if v is not None})
+
+
+class SuiteDefaults(_Model):
+    only: list[str] | None = None
+    request: Request = Field(default_factory=Request)
+
+
+class ExpectedFinding(_Model):
+    policy: str
+    action: Literal["deny", "warn", "audit"]
+    path: str | None = None
+
+    def __str__(self) -> str:
+        where = f" at {self.path}" if self.path is not None else ""
+        return f"{self.action} from {self.policy}{where}"
+
+
+class Expectation(_Model):
+    description: str = ""
+    only: list[str] | None = None
+    request: Request = Field(default_factory=Request)
+    allowed: bool
+    violations: list[ExpectedFinding] = Field(default_factory=list)
+    mutated_by: list[str] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- discovery
+
+@dataclass(frozen=True)
+class Case:
+    """One case folder.  ``name`` is its path below the folder it was found under (``job-ttl/example``)."""
+
+    name: str
+    path: Path
+    suite_root: Path  # the highest folder whose suite.yaml / config.yaml still apply
+
+
+def _suite_root(start: Path) -> Path:
+    """``start``, or the highest run of parents above it that hold a ``suite.yaml``."""
+    root = start
+    while root.parent != root and (root.parent / SUITE).is_file():
+        root = root.parent
+    return root
+
+
+def discover(paths: Iterable[str | os.PathLike[str]]) -> list[Case]:
+    """Every case under ``paths`` (a case is a folder holding ``input.yaml``), sorted, each once.
+
+    A path may be a suite folder, a case folder or a case's ``input.yaml``.  Case folders are
+    not searched further: a case does not hold cases.  Raises ``SuiteError`` for a path that
+    does not exist or holds no case, so a typo does not pass as an empty, green suite.
+    """
+    found: dict[Path, Case] = {}
+    for given in paths:
+        path = Path(given)
+        if path.is_file() and path.name == INPUT:
+            path = path.parent
+        if not path.is_dir():
+            raise SuiteError(f"{given}: no such folder (give a suite folder, a case folder or an {INPUT})")
+        path = path.resolve()
+        root = _suite_root(path)
+        before = len(found)
+        if (path / INPUT).is_file():
+            found.setdefault(path, Case(path.name, path, root))
+        else:
+            for folder, subdirs, files in os.walk(path):
+                subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+                if INPUT in files:
+                    subdirs[:] = []
+                    case_path = Path(folder)
+                    found.setdefault(case_path, Case(case_path.relative_to(path).as_posix(), case_path, root))
+        if len(found) == before and not any(c.path.is_relative_to(path) for c in found.values()):
+            raise SuiteError(f"{given}: no case found (a case is a folder holding {INPUT})")
+    return sorted(found.values(), key=lambda c: c.path)
+
+
+# ---------------------------------------------------------------- results
+
+@dataclass
+class CaseResult:
+    """What running one case found.
+
+    ``error`` means the case itself could not be run (a missing or unreadable file, a bad
+    config); ``mismatches`` are the ways gpuguard's behaviour differs from what the case
+    expects.  ``decision`` is the engine's first decision, when it got that far.
+    """
+
+    case: Case
+    description: str = ""
+    error: str | None = None
+    mismatches: list[str] = field(default_factory=list)
+    decision: Decision | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and not self.mismatches
+
+
+class _CaseFileError(Exception):
+    """A case file that cannot be used; the message names the file."""
+
+
+def _read_yaml(path: Path, required: bool = True) -> Any:
+    if not path.is_file():
+        if required:
+            raise _CaseFileError(f"{path.name} is missing")
+        return None
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _CaseFileError(f"{path}: cannot read: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise _CaseFileError(f"{path}: invalid YAML: {exc}") from None
+    if len(docs) != 1:
+        raise _CaseFileError(f"{path}: expected one YAML document, found {len(docs)}")
+    # JSON round trip: what the apiserver would send (YAML dates become strings), so comparisons are fair.
+    try:
+        return orjson.loads(orjson.dumps(docs[0], option=orjson.OPT_NON_STR_KEYS))
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise _CaseFileError(f"{path}: not representable as JSON: {exc}") from None
+
+
+def _model(model: type[_Model], data: Any, path: Path) -> Any:
+    try:
+        return model.model_validate({} if data is None else data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: "
+                             f"{'unknown key' if e['type'] == 'extra_forbidden' else e['msg']}"
+                             for e in exc.errors())
+        raise _CaseFileError(f"{path}: {problems}") from None
+
+
+def _nearest(case: Case, name: str) -> Path | None:
+    """The nearest ``name`` from the case folder up to its suite root, or ``None``."""
+    folder = case.path
+    while True:
+        if (folder / name).is_file():
+            return folder / name
+        if folder == case.suite_root or folder.parent == folder:
+            return None
+        folder = folder.parent
+
+
+# ---------------------------------------------------------------- engines, compiled once per config file
+
+@lru_cache(maxsize=64)
+def _config(path: str | None) -> Config | str:
+    """The compiled config of a file (``None``: the shipped default), or why it was refused."""
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        return str(exc)
+
+
+def _only(policies: PolicySet, only: frozenset[str]) -> PolicySet:
+    return PolicySet(tuple(p for p in policies.mutating if p[0].id in only),
+                     tuple(p for p in policies.validating if p[0].id in only))
+
+
+@lru_cache(maxsize=256)
+def _engine(path: str | None, only: tuple[str, ...] | None) -> Engine | str:
+    """An engine for a config file, with every policy not in ``only`` off (in every profile too)."""
+    config = _config(path)
+    if isinstance(config, str) or only is None:
+        return config if isinstance(config, str) else Engine(config)
+    from policies import REGISTRY
+
+    unknown = [p for p in only if p not in REGISTRY]
+    if unknown:
+        return f"only: unknown policy {', '.join(unknown)} (known: {', '.join(REGISTRY)})"
+    keep = frozenset(only)
+    restricted = Config(config.raw, _only(config.policies, keep),
+                        [replace(p, policies=_only(p.policies, keep)) for p in config.profiles], config.source)
+    return Engine(restricted)
+
+
+# ---------------------------------------------------------------- running a case
+
+def _context(request: Request, old: Any) -> RequestContext:
+    return RequestContext(operation=request.operation or "CREATE",
+                          namespace=request.namespace if request.namespace is not None else "default",
+                          namespace_labels=dict(request.namespace_labels or {}),
+                          username=request.username if request.username is not None else "alice",
+                          groups=tuple(request.groups if request.groups is not None else ["system:authenticated"]),
+                          old_object=old)
+
+
+def _finding_mismatches(expected: list[ExpectedFinding], actual: list[Violation]) -> list[str]:
+    """Match expected findings to actual ones as multisets; those with a path are matched first."""
+    left = list(actual)
+    missing: list[ExpectedFinding] = []
+    for want in sorted(expected, key=lambda f: f.path is None):
+        hit = next((v for v in left if v.policy == want.policy and v.verdict == want.action
+                    and (want.path is None or v.path == want.path)), None)
+        if hit is None:
+            missing.append(want)
+        else:
+            left.remove(hit)
+    out = [f"expected a {want} but there was none" for want in missing]
+    out += [f"unexpected {v.verdict} from {v.policy} at {v.path}: {v.message}" for v in left]
+    return out
+
+
+def _differences(expected: Any, actual: Any, limit: int = 8) -> str:
+    """What turns ``expected`` into ``actual``, as JSON pointers (the readable part of a diff)."""
+    ops = make_patch(expected, actual)
+    shown = [f"{op['op']} {op['path'] or '/'}" + (f" = {orjson.dumps(op['value']).decode()}" if "value" in op else "")
+             for op in ops[:limit]]
+    more = f" and {len(ops) - limit} more" if len(ops) > limit else ""
+    return "; ".join(shown) + more
+
+
+def _check(case: Case, result: CaseResult) -> None:
+    expect = _model(Expectation, _read_yaml(case.path / EXPECT), case.path / EXPECT)
+    result.description = expect.description
+    suite_file = _nearest(case, SUITE)
+    suite = _model(SuiteDefaults, _read_yaml(suite_file), suite_file) if suite_file else SuiteDefaults()
+    obj = _read_yaml(case.path / INPUT)
+    expected_obj = _read_yaml(case.path / MUTATED, required=False)
+    old = _read_yaml(case.path / OLD, required=False)
+    request = expect.request.over(suite.request)
+    if request.operation == "UPDATE" and old is None:
+        raise _CaseFileError(f"request.operation is UPDATE but {OLD} is missing")
+    if old is not None and request.operation != "UPDATE":
+        raise _CaseFileError(f"{OLD} is only read for UPDATE cases: set request.operation: UPDATE")
+    only = expect.only if expect.only is not None else suite.only
+    config_file = _nearest(case, CONFIG)
+    engine = _engine(str(config_file) if config_file else None, tuple(only) if only is not None else None)
+    if isinstance(engine, str):
+        raise _CaseFileError(engine)
+
+    ctx = _context(request, old)
+    decision = engine.evaluate(obj, ctx)
+    result.decision = decision
+    mismatches = result.mismatches
+    if decision.error:
+        mismatches.append(f"the engine could not evaluate the object: {decision.error}")
+    if decision.allowed != expect.allowed:
+        mismatches.append(f"expected {'allowed' if expect.allowed else 'denied'}, "
+                          f"got {'allowed' if decision.allowed else 'denied'}")
+    mismatches += _finding_mismatches(expect.violations, decision.violations)
+    if sorted(decision.mutated_by) != sorted(expect.mutated_by):
+        mismatches.append(f"expected mutatedBy {sorted(expect.mutated_by)}, got {sorted(decision.mutated_by)}")
+    want = expected_obj if expected_obj is not None else obj
+    if decision.mutated != want:
+        source = MUTATED if expected_obj is not None else f"{INPUT} (no {MUTATED}: nothing should change)"
+        mismatches.append(f"the mutated object differs from {source}: {_differences(want, decision.mutated)}")
+    try:
+        patched = jsonpatch.apply_patch(obj, decision.patch)
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+        mismatches.append(f"the JSON patch does not apply to {INPUT}: {exc}")
+    else:
+        if patched != decision.mutated:
+            mismatches.append(f"the JSON patch applied to {INPUT} does not give the mutated object: "
+                              f"{_differences(decision.mutated, patched)}")
+    if decision.mutated_by and isinstance(decision.mutated, dict):
+        again = engine.evaluate(decision.mutated, ctx)
+        if again.patch:
+            mismatches.append("evaluating the mutated object again changes it (mutations must be idempotent): "
+                              f"{_differences(decision.mutated, again.mutated)}")
+
+
+def run_case(case: Case) -> CaseResult:
+    """Run one case; never raises for a broken case (that is ``CaseResult.error``)."""
+    result = CaseResult(case)
+    try:
+        _check(case, result)
+    except _CaseFileError as exc:
+        result.error = str(exc)
+        result.mismatches.clear()
+    return result
+
+
+def clear_cache() -> None:
+    """Forget compiled configs (a long-lived caller whose config files changed)."""
+    _engine.cache_clear()
+    _config.cache_clear()
