@@ -73,13 +73,14 @@ def _template_variables(template: PodTemplate) -> dict[str, Any]:
 
 
 def _run(program: Any, activation: Any, what: str) -> Any:
+    """A result as plain Python values (lists and maps converted, so they can feed another activation)."""
     try:
         value = program.eval(activation)
     except Exception as exc:  # a Python helper or the binding itself failed: still this rule's error
         raise RuleError(f"{what}: {type(exc).__name__}: {exc}") from None
     if celenv.is_error(value):
         raise RuleError(f"{what}: {value.value()}")
-    return value.value()
+    return value.plain_value()
 
 
 def _bool(program: Any, activation: Any, what: str) -> bool:
