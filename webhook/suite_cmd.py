@@ -94,8 +94,10 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         results.append(suite.run_case(case))
         seconds[case.path] = time.perf_counter() - start
-    console = Console(file=sys.stdout if args.junit != "-" else sys.stderr, width=max(100, Console().width),
-                      highlight=False)
+    stream = sys.stdout if args.junit != "-" else sys.stderr
+    probe = Console(file=stream)
+    # Not a terminal (CI logs, pipes): wide enough that descriptions do not wrap into columns.
+    console = Console(file=stream, width=probe.width if probe.is_terminal else 200, highlight=False)
     console.print(_table(results, args.quiet))
     failed = [r for r in results if not r.passed]
     for result in failed:
