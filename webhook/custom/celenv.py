@@ -8,8 +8,8 @@ load time, with the position, as the Kubernetes apiserver does.
 
 One environment per scope, so that an object-scope rule that reads ``podSpec`` is refused at
 load instead of failing on every request.  Enabled libraries: the CEL standard library, the
-``strings``, ``math`` and ``optional`` extensions (``object.?metadata.?labels.?team``) as in
-Kubernetes, and Kubernetes' quantity library (below).  Not available (documented in
+``strings``, ``math``, ``optional`` (``object.?metadata.?labels.?team``) and ``cel.bind``
+extensions as in Kubernetes, and Kubernetes' quantity library (below).  Not available (documented in
 ``docs/custom-policies.md``): ``authorizer``, ``url()``, ``ip()``/``cidr()``, the Kubernetes
 list helpers (``isSorted``, ``sum``, ``indexOf``) and regex ``find``/``findAll``.
 """
@@ -21,6 +21,7 @@ from functools import cache
 from typing import Any
 
 from cel_expr_python import cel
+from cel_expr_python.ext.ext_bindings import ExtBindings
 from cel_expr_python.ext.ext_math import ExtMath
 from cel_expr_python.ext.ext_optional import ExtOptional
 from cel_expr_python.ext.ext_strings import ExtStrings
@@ -131,7 +132,7 @@ def environment(scope: str) -> Any:
     if scope in ("podTemplate", "runtime"):
         names.update(TEMPLATE_VARIABLES)
     return cel.NewEnv(variables={name: cel.Type.DYN for name in names},
-                      extensions=[ExtStrings(), ExtMath(), ExtOptional(), _quantity_library()])
+                      extensions=[ExtStrings(), ExtMath(), ExtOptional(), ExtBindings(), _quantity_library()])
 
 
 def runtime() -> Any:
