@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import cached_property
 from typing import Any
 
 from webhook.custom import celenv
@@ -42,6 +43,12 @@ class CompiledRule:
     variables: tuple[tuple[str, Any], ...]
     validations: tuple[CompiledValidation, ...]
     kinds: frozenset[tuple[str | None, str]]  # (group or None for "any group", kind)
+
+    @cached_property
+    def matches_everything(self) -> bool:
+        """No match criterion at all: the engine skips :meth:`matches` (the common case)."""
+        match = self.policy.match
+        return not (self.kinds or match.classes or match.namespaces or match.namespace_labels)
 
     @property
     def id(self) -> str:

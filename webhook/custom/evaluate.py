@@ -167,7 +167,7 @@ def evaluate(view: WorkloadView, rules: tuple[tuple[CompiledRule, str], ...], ct
         return []
     labels = ctx.namespace_labels
     active = [(rule, action) for rule, action in rules
-              if rule.matches(view.kind, view.workload_class, namespace, labels)]
+              if rule.matches_everything or rule.matches(view.kind, view.workload_class, namespace, labels)]
     if not active:
         return []
     base = _base_variables(view, ctx, namespace)
