@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 from functools import cached_property
 from typing import Any
 
-from webhook.custom import celenv
+from webhook.custom import celenv, project
 from webhook.custom.model import CustomPolicy, Validation
 from workloads import kinds as kinds_mod
 
@@ -43,6 +43,7 @@ class CompiledRule:
     variables: tuple[tuple[str, Any], ...]
     validations: tuple[CompiledValidation, ...]
     kinds: frozenset[tuple[str | None, str]]  # (group or None for "any group", kind)
+    reads: dict[str, frozenset[str] | None]  # top-level fields of object/oldObject/podSpec it reads
 
     @cached_property
     def matches_everything(self) -> bool:
@@ -140,7 +141,10 @@ def compile_rule(policy: CustomPolicy, loc: tuple, where: Where) -> CompiledRule
             message = _compile(v.message_expression, scope, celenv.STRING_RESULTS, "string",
                                loc + ("validations", i, "messageExpression"), where)
         validations.append(CompiledValidation(v, program, message))
-    return CompiledRule(policy, conditions, variables, tuple(validations), _kinds(policy, loc, where))
+    expressions = [c.expression for c in policy.match_conditions] + [v.expression for v in policy.variables] + [
+        e for v in policy.validations for e in (v.expression, v.message_expression) if e]
+    return CompiledRule(policy, conditions, variables, tuple(validations), _kinds(policy, loc, where),
+                        project.fields_read(expressions))
 
 
 class CustomRules:

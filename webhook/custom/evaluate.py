@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from webhook.custom import celenv
+from webhook.custom import celenv, project
 from webhook.custom.compile import CompiledRule, CompiledValidation
 from webhook.decision import ACTION_TO_VERDICT, RequestContext, Violation
 from workloads.view import PodTemplate, WorkloadView
@@ -30,15 +30,16 @@ class RuleError(Exception):
     """A custom rule's expression failed on this object (the message says which and why)."""
 
 
-def _base_variables(view: WorkloadView, ctx: RequestContext, namespace: str | None) -> dict[str, Any]:
+def _base_variables(view: WorkloadView, ctx: RequestContext, namespace: str | None,
+                    reads: dict[str, frozenset[str] | None]) -> dict[str, Any]:
     api_version = view.obj.get("apiVersion")
     version = api_version.rsplit("/", 1)[-1] if isinstance(api_version, str) else ""
     per_pod = max((t.gpus_per_pod for t in view.templates), default=0)
     meta = view.obj.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     return {
-        "object": view.obj,
-        "oldObject": ctx.old_object if isinstance(ctx.old_object, dict) else None,
+        "object": project.project(view.obj, reads["object"]),
+        "oldObject": project.project(ctx.old_object, reads["oldObject"]) if isinstance(ctx.old_object, dict) else None,
         "request": {
             "operation": ctx.operation,
             "namespace": namespace or "",
@@ -63,9 +64,9 @@ def _base_variables(view: WorkloadView, ctx: RequestContext, namespace: str | No
     }
 
 
-def _template_variables(template: PodTemplate) -> dict[str, Any]:
+def _template_variables(template: PodTemplate, reads: dict[str, frozenset[str] | None]) -> dict[str, Any]:
     return {
-        "podSpec": template.spec,
+        "podSpec": project.project(template.spec, reads["podSpec"]),
         "podMetadata": template.metadata() or {},
         "template": {"role": template.ref.role, "replicas": template.ref.replicas,
                      "acceleratorsPerPod": template.gpus_per_pod, "path": template.where},
@@ -156,6 +157,19 @@ def _evaluate_rule(rule: CompiledRule, action: str, data: dict[str, Any], shared
                           target)]
 
 
+_MERGED: dict[int, tuple[tuple, dict]] = {}
+
+
+def _merged_reads(rules: tuple[tuple[CompiledRule, str], ...]) -> dict[str, frozenset[str] | None]:
+    """The merged reads of a policy set's rules, computed once per (long-lived) rules tuple."""
+    cached = _MERGED.get(id(rules))
+    if cached is None or cached[0] is not rules:
+        if len(_MERGED) > 64:  # configs reloaded many times: forget old policy sets
+            _MERGED.clear()
+        cached = _MERGED[id(rules)] = (rules, project.merge(rule.reads for rule, _ in rules))
+    return cached[1]
+
+
 def evaluate(view: WorkloadView, rules: tuple[tuple[CompiledRule, str], ...], ctx: RequestContext,
              namespace: str | None) -> list[Violation]:
     """Findings of the enabled custom ``rules`` (with their actions) on ``view``.
@@ -170,11 +184,13 @@ def evaluate(view: WorkloadView, rules: tuple[tuple[CompiledRule, str], ...], ct
               if rule.matches_everything or rule.matches(view.kind, view.workload_class, namespace, labels)]
     if not active:
         return []
-    base = _base_variables(view, ctx, namespace)
+    # Only the top-level fields the active rules read are handed to CEL (see project.py).
+    reads = _merged_reads(rules) if len(active) == len(rules) else project.merge(rule.reads for rule, _ in active)
+    base = _base_variables(view, ctx, namespace, reads)
     env = celenv.runtime()
     # One activation per pod template (the object's conversion is paid once per activation):
     # object-scope rules share the first template's, or a template-less one.
-    templates = [(t, {**base, **_template_variables(t)}) for t in view.templates]
+    templates = [(t, {**base, **_template_variables(t, reads)}) for t in view.templates]
     activations = [(t, data, env.Activation(data)) for t, data in templates]
     out: list[Violation] = []
     object_rules = [(rule, action) for rule, action in active if rule.scope == "object"]
