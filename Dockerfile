@@ -14,6 +14,8 @@ COPY pyproject.toml README.md* ./
 COPY webhook/ webhook/
 COPY policies/ policies/
 COPY certs/ certs/
+COPY workloads/ workloads/
+COPY kubeapi/ kubeapi/
 RUN pip install /src \
     && rm -rf /src \
     && groupadd --system --gid 10001 gpuguard \

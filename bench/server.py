@@ -194,7 +194,7 @@ _LAYERS = (
      ("webhook.server", "webhook.admission", "webhook.logs", "webhook.metrics", "pydantic", "C:pydantic_core",
       "prometheus_client", "stdlib:logging", "stdlib:threading", "stdlib:time", "C:time", "stdlib:json")),
     ("engine and policies (copy, view, policies, patch)",
-     ("webhook.engine", "workloads.view", "workloads.kinds", "webhook.patch", "workloads.quantity", "webhook.config",
+     ("webhook.engine", "workloads.", "webhook.patch", "webhook.config",
       "webhook.decision", "policies.", "C:orjson", "stdlib:fnmatch", "stdlib:decimal", "C:decimal")),
 )
 

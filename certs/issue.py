@@ -109,7 +109,7 @@ def issue_serving_cert(
     """A TLS server certificate for the webhook, signed by ``ca_cert``.
 
     The leaf never outlives its CA: a chain whose CA expired first fails verification anyway,
-    so capping ``notAfter`` makes ``cert_expiry`` (and the expiry metric) tell the truth.
+    so capping ``notAfter`` makes the expiry metric (``gpuguard_cert_expiry_timestamp_seconds``) tell the truth.
     """
     if days < 1:
         raise ValueError("serving certificate validity must be at least 1 day")

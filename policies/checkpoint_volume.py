@@ -78,33 +78,40 @@ def _describe(volume: dict, settings: Settings) -> tuple[bool, str]:
 
 
 def _claim_policies(view: WorkloadView) -> dict[str, tuple[bool, str]]:
-    """Volumes a controller adds outside the pod spec: JobSet claim policies, StatefulSet claim templates."""
+    """Claims a controller adds outside the pod spec, by name (``KindSpec.claims``)."""
     out: dict[str, tuple[bool, str]] = {}
-    for _, policy in dicts(get_path(view.obj, ("spec", "volumeClaimPolicies"))):
-        retention = get_path(policy, ("retentionPolicy", "whenDeleted")) or "Delete"
-        for _, tmpl in dicts(policy.get("templates")):
+    claims = view.kind.claims
+    if claims is None:
+        return out
+    kind = view.kind.kind
+    if claims.style == "claim-policies":  # JobSet volumeClaimPolicies
+        for _, policy in dicts(get_path(view.obj, claims.path)):
+            retention = get_path(policy, ("retentionPolicy", "whenDeleted")) or "Delete"
+            for _, tmpl in dicts(policy.get("templates")):
+                name = get_path(tmpl, ("metadata", "name"))
+                if retention == "Retain":
+                    out[name] = (True, f"{kind} claim '{name}' (whenDeleted: Retain)")
+                else:
+                    out[name] = (False, f"{kind} claim '{name}' (deleted with the {kind}: whenDeleted: {retention})")
+    elif claims.style == "claim-templates":  # StatefulSet volumeClaimTemplates
+        for _, tmpl in dicts(get_path(view.obj, claims.path)):
             name = get_path(tmpl, ("metadata", "name"))
-            if retention == "Retain":
-                out[name] = (True, f"JobSet claim '{name}' (whenDeleted: Retain)")
-            else:
-                out[name] = (False, f"JobSet claim '{name}' (deleted with the JobSet: whenDeleted: {retention})")
-    for _, tmpl in dicts(get_path(view.obj, ("spec", "volumeClaimTemplates"))):
-        name = get_path(tmpl, ("metadata", "name"))
-        out[name] = (True, f"StatefulSet claim '{name}'")
+            out[name] = (True, f"{kind} claim '{name}'")
     return out
 
 
 def _volcano_mounts(view: WorkloadView) -> list[Mount]:
-    """Volcano ``spec.volumes[]`` are mounted into every container by the Volcano controller."""
-    mounts = []
-    if view.kind.group != "batch.volcano.sh":
+    """Volcano-style ``spec.volumes[]``: mounted into every container by the kind's controller."""
+    mounts: list[Mount] = []
+    claims = view.kind.claims
+    if claims is None or claims.style != "volcano-volumes":
         return mounts
-    for _, vol in dicts(get_path(view.obj, ("spec", "volumes"))):
+    for _, vol in dicts(get_path(view.obj, claims.path)):
         path = str(vol.get("mountPath", ""))
         if isinstance(vol.get("volumeClaimName"), str):
             mounts.append(Mount(path, True, f"claim '{vol['volumeClaimName']}'"))
         elif "volumeClaim" in vol:
-            mounts.append(Mount(path, False, "a claim the Volcano Job creates and deletes with itself"))
+            mounts.append(Mount(path, False, f"a claim the Volcano {view.kind.kind} creates and deletes with itself"))
     return mounts
 
 
@@ -181,14 +188,24 @@ POLICY = ValidatingPolicy(
     rationale="A preempted or OOM-killed training pod restarts from its last checkpoint; if that lived on "
     "ephemeral storage, every GPU-hour since the start is lost.",
     example="""\
-containers:
-- name: trainer
-  env:
-  - {name: CHECKPOINT_DIR, value: /checkpoints/run-42}
-  volumeMounts:
-  - {name: ckpt, mountPath: /checkpoints}
-volumes:
-- name: ckpt
-  persistentVolumeClaim: {claimName: team-checkpoints}
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 1}
+        env:
+        - {name: CHECKPOINT_DIR, value: /checkpoints/run-42}
+        volumeMounts:
+        - {name: ckpt, mountPath: /checkpoints}
+      volumes:
+      - name: ckpt
+        persistentVolumeClaim: {claimName: team-checkpoints}
 """,
 )

@@ -101,10 +101,18 @@ POLICY = MutatingPolicy(
     rationale="A GPU pod with only a GPU limit is BestEffort: evicted first under memory pressure and "
     "free to starve its data loaders; right-sized requests keep a node's GPUs usable.",
     example="""\
-containers:
-- name: trainer
-  resources:
-    requests: {cpu: "8", memory: 64Gi, ephemeral-storage: 50Gi}
-    limits: {nvidia.com/gpu: 1, memory: 64Gi, ephemeral-storage: 100Gi}
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          requests: {cpu: "8", memory: 64Gi, ephemeral-storage: 50Gi}
+          limits: {nvidia.com/gpu: 1, memory: 64Gi, ephemeral-storage: 100Gi}
 """,
 )

@@ -43,8 +43,22 @@ POLICY = ValidatingPolicy(
     rationale="A pod that fills the node's disk is evicted, and disk pressure can evict the node's other GPU "
     "pods with it.",
     example="""\
-volumes:
-- name: cache
-  emptyDir: {sizeLimit: 100Gi}
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 1, ephemeral-storage: 100Gi}
+        volumeMounts:
+        - {name: cache, mountPath: /cache}
+      volumes:
+      - name: cache
+        emptyDir: {sizeLimit: 100Gi}
 """,
 )

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pydantic import Field
 
 from policies.base import Finding, PolicySettings, ValidatingPolicy
+from workloads.kinds import Gang, KindSpec
 from workloads.paths import get_path
 from workloads.view import WorkloadView
 
@@ -27,9 +28,9 @@ class Settings(PolicySettings):
         description="Pod template labels or annotations naming a pod group.")
     accept_kubeflow_scheduling_policy: bool = Field(
         True, description="Accept Kubeflow runPolicy.schedulingPolicy (the operator runs with a gang scheduler).")
-    kinds: list[str] = Field(default_factory=lambda: ["Job", "CronJob", "PyTorchJob", "TFJob", "MPIJob",
-                                                      "XGBoostJob", "PaddleJob", "JAXJob", "JobSet"],
-                             description="Kinds checked (Volcano Jobs use Volcano unless told otherwise).")
+    kinds: list[str] | None = Field(
+        None, description="Kinds checked, by name (Job) or name.group (Job.batch.volcano.sh, when a name is "
+        "shared); unset: every distributed-job kind (Job, CronJob, Kubeflow jobs, JobSet, Volcano Job).")
 
 
 def _template_is_ganged(template, settings: Settings) -> bool:
@@ -43,24 +44,29 @@ def _template_is_ganged(template, settings: Settings) -> bool:
     return False
 
 
-def _ganged(view: WorkloadView, settings: Settings) -> bool:
+def _ganged(view: WorkloadView, gang: Gang, settings: Settings) -> bool:
     if any(label in view.labels for label in settings.queue_labels):
         return True
-    if view.kind.group == "batch.volcano.sh":
-        return get_path(view.obj, ("spec", "schedulerName")) in (None, *settings.schedulers)
-    if settings.accept_kubeflow_scheduling_policy and isinstance(
-            get_path(view.obj, ("spec", "runPolicy", "schedulingPolicy")), dict):
+    if gang.own_scheduler is not None:  # the kind's controller gangs unless told to use another scheduler
+        return get_path(view.obj, gang.own_scheduler) in (None, *settings.schedulers)
+    if settings.accept_kubeflow_scheduling_policy and gang.operator_policy is not None and isinstance(
+            get_path(view.obj, gang.operator_policy), dict):
         return True
     return all(_template_is_ganged(t, settings) for t in view.gpu_templates)
 
 
+def _checked(kind: KindSpec, settings: Settings) -> bool:
+    return settings.kinds is None or kind.kind in settings.kinds or f"{kind.kind}.{kind.group}" in settings.kinds
+
+
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
-    if view.kind.kind not in settings.kinds and view.kind.group != "batch.volcano.sh":
+    gang = view.kind.gang
+    if gang is None or not _checked(view.kind, settings):
         return
     if not view.is_gpu:
         return
     pods = view.pod_count()
-    if pods <= 1 or _ganged(view, settings):
+    if pods <= 1 or _ganged(view, gang, settings):
         return
     yield Finding(("spec",), f"distributed GPU job with {pods} pods and no gang scheduler: some pods start and "
                   "hold GPUs while the rest pend, and the job never makes progress",
@@ -81,12 +87,28 @@ POLICY = ValidatingPolicy(
     example="""\
 apiVersion: kubeflow.org/v1
 kind: PyTorchJob
+metadata: {name: train, namespace: ml}
 spec:
   pytorchReplicaSpecs:
-    Worker:
-      replicas: 4
+    Master:
+      replicas: 1
       template:
         spec:
           schedulerName: volcano
+          containers:
+          - name: pytorch
+            image: ghcr.io/example/train:1
+            resources:
+              limits: {nvidia.com/gpu: 8}
+    Worker:
+      replicas: 3
+      template:
+        spec:
+          schedulerName: volcano
+          containers:
+          - name: pytorch
+            image: ghcr.io/example/train:1
+            resources:
+              limits: {nvidia.com/gpu: 8}
 """,
 )

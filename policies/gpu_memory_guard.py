@@ -64,9 +64,17 @@ POLICY = ValidatingPolicy(
     rationale="A BestEffort GPU pod is evicted first under memory pressure and an unbounded one can OOM-kill "
     "its neighbours: either way GPU-hours of work are lost.",
     example="""\
-containers:
-- name: trainer
-  resources:
-    limits: {nvidia.com/gpu: 2, memory: 128Gi}
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 2, memory: 128Gi}
 """,
 )

@@ -90,12 +90,21 @@ POLICY = MutatingPolicy(
     rationale="Without it a GPU pod can wait on CPU-only nodes the autoscaler keeps adding, and CPU pods "
     "can fill the GPU nodes' CPU and memory so GPUs sit idle.",
     example="""\
+apiVersion: v1
+kind: Pod
+metadata: {name: train, namespace: ml}
 spec:
+  restartPolicy: Never
   affinity:
     nodeAffinity:
       requiredDuringSchedulingIgnoredDuringExecution:
         nodeSelectorTerms:
         - matchExpressions:
           - {key: nvidia.com/gpu.present, operator: In, values: ["true"]}
+  containers:
+  - name: trainer
+    image: ghcr.io/example/train:1
+    resources:
+      limits: {nvidia.com/gpu: 1}
 """,
 )

@@ -27,7 +27,7 @@ class Settings(PolicySettings):
 
 
 def _when(view: WorkloadView) -> str:
-    if view.kind.group in ("", "batch", "apps"):
+    if view.kind.validated_by_apiserver:
         return "the apiserver rejects the pod"
     return f"the {view.kind.kind} is accepted but each pod it creates is rejected"
 
@@ -98,9 +98,17 @@ POLICY = ValidatingPolicy(
     rationale="A request no node can satisfy pends forever; a bad template in a PyTorchJob fails pod by pod "
     "while the pods that did start hold GPUs idle.",
     example="""\
-containers:
-- name: trainer
-  resources:
-    limits: {nvidia.com/gpu: 8}
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 8}
 """,
 )

@@ -84,13 +84,16 @@ POLICY = MutatingPolicy(
     rationale="GPU node pools are tainted to keep CPU pods off; a GPU pod without the toleration pends "
     "forever while its job's clock runs.",
     example="""\
+apiVersion: v1
+kind: Pod
+metadata: {name: train, namespace: ml}
 spec:
+  restartPolicy: Never
   tolerations:
-  - key: nvidia.com/gpu
-    operator: Exists
-    effect: NoSchedule
+  - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
   containers:
   - name: trainer
+    image: ghcr.io/example/train:1
     resources:
       limits: {nvidia.com/gpu: 1}
 """,

@@ -70,8 +70,23 @@ POLICY = ValidatingPolicy(
     rationale="Spot nodes are reclaimed with seconds of notice: cheap for checkpointed training, an outage for "
     "a model server.",
     example="""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: serve, namespace: ml}
 spec:
-  nodeSelector:
-    karpenter.sh/capacity-type: on-demand
+  replicas: 2
+  selector:
+    matchLabels: {app: serve}
+  template:
+    metadata:
+      labels: {app: serve}
+    spec:
+      nodeSelector:
+        karpenter.sh/capacity-type: on-demand
+      containers:
+      - name: server
+        image: ghcr.io/example/serve:1
+        resources:
+          limits: {nvidia.com/gpu: 1}
 """,
 )

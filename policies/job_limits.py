@@ -53,8 +53,17 @@ POLICY = MutatingPolicy(
     example="""\
 apiVersion: batch/v1
 kind: Job
+metadata: {name: train, namespace: ml}
 spec:
   backoffLimit: 3
   activeDeadlineSeconds: 86400
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 1}
 """,
 )

@@ -44,7 +44,16 @@ POLICY = MutatingPolicy(
     example="""\
 apiVersion: batch/v1
 kind: Job
+metadata: {name: train, namespace: ml}
 spec:
   ttlSecondsAfterFinished: 86400
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 1}
 """,
 )

@@ -2,8 +2,8 @@
 
 The inference class preempts: a training job or notebook that borrows it evicts serving
 pods (and other teams' training) to get its GPUs.  Checked on every place a kind keeps a
-priority class: pod templates, Kubeflow ``runPolicy.schedulingPolicy.priorityClass`` and
-Volcano ``spec.priorityClassName``.
+priority class: pod templates and the kind's ``priority_class_paths`` (Kubeflow
+``runPolicy.schedulingPolicy.priorityClass``, Volcano ``spec.priorityClassName``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ def _uses(view: WorkloadView) -> Iterator[tuple[tuple, str]]:
         name = template.spec.get("priorityClassName")
         if isinstance(name, str):
             yield template.spec_path + ("priorityClassName",), name
-    for path in (("spec", "runPolicy", "schedulingPolicy", "priorityClass"), ("spec", "priorityClassName")):
+    for path in view.kind.priority_class_paths:  # e.g. Kubeflow runPolicy, Volcano spec (kinds.py)
         name = get_path(view.obj, path)
-        if isinstance(name, str) and view.kind.kind != "Pod":
+        if isinstance(name, str):
             yield path, name
 
 
@@ -53,7 +53,18 @@ POLICY = ValidatingPolicy(
     rationale="The inference class preempts: a training job that borrows it evicts model servers to take "
     "their GPUs.",
     example="""\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
 spec:
-  priorityClassName: training-standard
+  template:
+    spec:
+      restartPolicy: Never
+      priorityClassName: training-standard
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 1}
 """,
 )

@@ -36,7 +36,7 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
             continue
         template.spec["priorityClassName"] = name
         changed = True
-        if view.kind.kind == "Pod":
+        if view.kind.is_pod:
             template.spec.pop("priority", None)
             template.spec.pop("preemptionPolicy", None)
     return changed
@@ -52,7 +52,18 @@ POLICY = MutatingPolicy(
     rationale="Without classes a notebook can hold the GPUs a production model server needs, and nothing "
     "tells the scheduler which pod to preempt.",
     example="""\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
 spec:
-  priorityClassName: training-standard
+  template:
+    spec:
+      restartPolicy: Never
+      priorityClassName: training-standard
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 1}
 """,
 )

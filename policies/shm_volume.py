@@ -79,13 +79,22 @@ POLICY = MutatingPolicy(
     rationale="PyTorch DataLoader workers share batches through /dev/shm; on the 64 MiB default they die "
     "with a bus error hours into a run.",
     example="""\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
 spec:
-  volumes:
-  - name: dshm
-    emptyDir: {medium: Memory, sizeLimit: 16Gi}
-  containers:
-  - name: trainer
-    volumeMounts:
-    - {name: dshm, mountPath: /dev/shm}
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/example/train:1
+        resources:
+          limits: {nvidia.com/gpu: 1}
+        volumeMounts:
+        - {name: dshm, mountPath: /dev/shm}
+      volumes:
+      - name: dshm
+        emptyDir: {medium: Memory, sizeLimit: 16Gi}
 """,
 )

@@ -84,7 +84,9 @@ class Decision:
         return [v for v in self.violations if v.verdict == "audit"]
 
     def result_entry(self, source: str | None = None, index: int | None = None) -> dict[str, Any]:
-        """The ``results[]`` entry of the audit JSON contract in ``shared/design.md``."""
+        """The ``results[]`` entry of the audit JSON contract (``docs/audit.md``, "JSON contract"; keys are
+        only ever added, and ``docs/audit-result.schema.json`` checks them).  ``gpuguard evaluate
+        --format json`` prints the same entries, so scripts can switch between the two commands."""
         entry: dict[str, Any] = {
             "source": source,
             "index": index,

@@ -12,9 +12,9 @@ validating policies on the mutated object) and then checked four ways: the decis
 ``jsonpatch`` library, and a second evaluation of the mutated object (mutations must be
 idempotent, so it must give an empty patch).
 
-Where a suite ends: the folders between a case and the path given to ``discover``, plus any
-parent folders above that path that hold a ``suite.yaml`` (so pointing at one case of a
-suite still runs it with its suite's settings).
+Where a suite ends: the folders between a case and the path given to ``discover``, or, when
+a folder above that path holds a ``suite.yaml``, up to the highest such folder (below the
+repository root), so pointing at one case of a suite still runs it with its suite's settings.
 """
 
 from __future__ import annotations
@@ -80,10 +80,17 @@ class ExpectedFinding(_Model):
     policy: str
     action: Literal["deny", "warn", "audit"]
     path: str | None = None
+    message_contains: str | None = None
+
+    def matches(self, violation: Violation) -> bool:
+        return (violation.policy == self.policy and violation.verdict == self.action
+                and (self.path is None or violation.path == self.path)
+                and (self.message_contains is None or self.message_contains in violation.message))
 
     def __str__(self) -> str:
         where = f" at {self.path}" if self.path is not None else ""
-        return f"{self.action} from {self.policy}{where}"
+        about = f" saying {self.message_contains!r}" if self.message_contains is not None else ""
+        return f"{self.action} from {self.policy}{where}{about}"
 
 
 class Expectation(_Model):
@@ -107,10 +114,13 @@ class Case:
 
 
 def _suite_root(start: Path) -> Path:
-    """``start``, or the highest run of parents above it that hold a ``suite.yaml``."""
+    """``start``, or its highest parent holding a ``suite.yaml`` (not looking past a repository root)."""
     root = start
-    while root.parent != root and (root.parent / SUITE).is_file():
-        root = root.parent
+    folder = start
+    while folder.parent != folder and not (folder / ".git").exists():
+        folder = folder.parent
+        if (folder / SUITE).is_file():
+            root = folder
     return root
 
 
@@ -260,12 +270,11 @@ def _context(request: Request, old: Any) -> RequestContext:
 
 
 def _finding_mismatches(expected: list[ExpectedFinding], actual: list[Violation]) -> list[str]:
-    """Match expected findings to actual ones as multisets; those with a path are matched first."""
+    """Match expected findings to actual ones as multisets; the most specific expectations are matched first."""
     left = list(actual)
     missing: list[ExpectedFinding] = []
-    for want in sorted(expected, key=lambda f: f.path is None):
-        hit = next((v for v in left if v.policy == want.policy and v.verdict == want.action
-                    and (want.path is None or v.path == want.path)), None)
+    for want in sorted(expected, key=lambda f: (f.path is None, f.message_contains is None)):
+        hit = next((v for v in left if want.matches(v)), None)
         if hit is None:
             missing.append(want)
         else:

@@ -1,19 +1,26 @@
-"""The workload kinds gpuguard understands, and where each keeps its pod templates.
+"""The workload kinds gpuguard understands: everything about a kind, in one ``KindSpec`` each.
 
 One table drives everything that needs to know about kinds: the workload view (where the
-pod templates are), the job policies (where TTL, deadline and retry fields live), the
-webhook configuration generator (which group/resource to intercept) and the audit
-``--cluster`` lister (what to list).  Adding a kind means adding one ``KindSpec`` here.
+pod templates are and how many pods each makes), the policies (where TTL, deadline and
+retry fields live, how the kind gangs, where it keeps a priority class or claims outside
+its pods, whether it is a bare Pod), the webhook configuration generator (which
+group/resource to intercept) and the audit ``--cluster`` lister (what to list).  Policies
+never compare kind names: they ask the ``KindSpec`` through the workload view.  Adding a
+kind means adding one ``KindSpec`` here and its fixtures (``docs/contributing.md``).
 
-Dispatch is on API group + kind, never on version alone, because ML operators change
-versions often (see ``shared/domain-sources.md`` section 0).
+Dispatch is on API group + kind, never on the version: operators move their CRDs between
+versions (Kubeflow v1 -> v2, MPIJob v1 -> v2beta1, JobSet v1alpha2) while the fields
+gpuguard reads stay where they were, so one entry serves every version listed in
+``versions`` (which only the webhook rules and the cluster lister use).  Two kinds may share a
+name in different groups (``batch`` Job and Volcano's ``batch.volcano.sh`` Job), which is why
+nothing may dispatch on the name alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from workloads.paths import Path, get_path
 
@@ -49,14 +56,58 @@ class JobFields:
 
 
 @dataclass(frozen=True)
+class Gang:
+    """A kind whose pods run as one distributed job, so they must be scheduled all-or-nothing.
+
+    ``operator_policy``: where a Kubeflow-style operator reads its scheduling policy; when the
+    object sets it, the operator creates a PodGroup for a gang scheduler.  ``own_scheduler``:
+    kinds whose controller gangs by itself (Volcano's Job) unless this field names a
+    scheduler that does not.
+    """
+
+    operator_policy: Path | None = None
+    own_scheduler: Path | None = None
+
+
+@dataclass(frozen=True)
+class ClaimSource:
+    """Volumes a kind's controller creates for its pods outside the pod spec.
+
+    ``style`` says how to read the list at ``path``:
+    ``claim-templates``: StatefulSet ``volumeClaimTemplates`` (claims kept when the set is deleted);
+    ``claim-policies``: JobSet ``volumeClaimPolicies`` (``retentionPolicy.whenDeleted``, default Delete);
+    ``volcano-volumes``: Volcano ``spec.volumes`` (mounted in every container; ``volumeClaimName``
+    is an existing claim, ``volumeClaim`` one the job creates and deletes).
+    """
+
+    path: Path
+    style: Literal["claim-templates", "claim-policies", "volcano-volumes"]
+
+
+@dataclass(frozen=True)
 class KindSpec:
     group: str
     kind: str
     plural: str
     versions: tuple[str, ...]
-    default_class: str
+    default_class: str  # training | inference | notebook, unless the config's workloadClasses says otherwise
     locate: Any = field(repr=False)  # Callable[[dict], Iterator[TemplateRef]]
     job: JobFields | None = None
+    gang: Gang | None = None  # None: not a distributed job (never gang-checked)
+    priority_class_paths: tuple[Path, ...] = ()  # priority classes set outside the pod templates
+    claims: ClaimSource | None = None
+
+    @property
+    def is_pod(self) -> bool:
+        """The object is itself a Pod: its spec is the PodSpec, and the apiserver's Priority
+        admission has already filled ``spec.priority`` before webhooks run."""
+        return self.group == "" and self.kind == "Pod"
+
+    @property
+    def validated_by_apiserver(self) -> bool:
+        """Built-in kinds: the apiserver validates their pod templates on create, so a bad template
+        is refused at once; a custom resource is accepted and its pods fail one by one later."""
+        return self.group in ("", "batch", "apps")
 
     @property
     def api_group_kind(self) -> tuple[str, str]:
@@ -194,39 +245,48 @@ _RUN_POLICY = JobFields(ttl=("spec", "runPolicy", "ttlSecondsAfterFinished"),
                         deadline=("spec", "runPolicy", "activeDeadlineSeconds"),
                         backoff=("spec", "runPolicy", "backoffLimit"))
 _KUBEFLOW_VERSIONS = ("v1",)
+_GANG = Gang()
+
+
+def _kubeflow(kind: str, plural: str, replica_specs: str, versions: tuple[str, ...] = _KUBEFLOW_VERSIONS) -> KindSpec:
+    """A Kubeflow training-operator job: roles under ``<x>ReplicaSpecs``, limits, gang scheduling and
+    priority under ``runPolicy`` (``schedulingPolicy`` makes the operator create a PodGroup)."""
+    return KindSpec("kubeflow.org", kind, plural, versions, "training", _replica_map(replica_specs), _RUN_POLICY,
+                    gang=Gang(operator_policy=("spec", "runPolicy", "schedulingPolicy")),
+                    priority_class_paths=(("spec", "runPolicy", "schedulingPolicy", "priorityClass"),))
+
 
 KINDS: tuple[KindSpec, ...] = (
     KindSpec("", "Pod", "pods", ("v1",), "training", _pod,
              JobFields(deadline=("spec", "activeDeadlineSeconds"))),
     KindSpec("batch", "Job", "jobs", ("v1",), "training", _job,
              JobFields(ttl=("spec", "ttlSecondsAfterFinished"), deadline=("spec", "activeDeadlineSeconds"),
-                       backoff=("spec", "backoffLimit"), backoff_api_default=6)),
+                       backoff=("spec", "backoffLimit"), backoff_api_default=6), gang=_GANG),
     KindSpec("batch", "CronJob", "cronjobs", ("v1",), "training", _cronjob,
              JobFields(ttl=("spec", "jobTemplate", "spec", "ttlSecondsAfterFinished"),
                        deadline=("spec", "jobTemplate", "spec", "activeDeadlineSeconds"),
-                       backoff=("spec", "jobTemplate", "spec", "backoffLimit"), backoff_api_default=6)),
+                       backoff=("spec", "jobTemplate", "spec", "backoffLimit"), backoff_api_default=6),
+             gang=_GANG),
     KindSpec("apps", "Deployment", "deployments", ("v1",), "inference", _template(("spec",), ("spec", "replicas"))),
     KindSpec("apps", "StatefulSet", "statefulsets", ("v1",), "inference",
-             _template(("spec",), ("spec", "replicas"))),
+             _template(("spec",), ("spec", "replicas")),
+             claims=ClaimSource(("spec", "volumeClaimTemplates"), "claim-templates")),
     KindSpec("apps", "ReplicaSet", "replicasets", ("v1",), "inference", _template(("spec",), ("spec", "replicas"))),
     KindSpec("apps", "DaemonSet", "daemonsets", ("v1",), "inference", _template(("spec",))),
-    KindSpec("kubeflow.org", "PyTorchJob", "pytorchjobs", _KUBEFLOW_VERSIONS, "training",
-             _replica_map("pytorchReplicaSpecs"), _RUN_POLICY),
-    KindSpec("kubeflow.org", "TFJob", "tfjobs", _KUBEFLOW_VERSIONS, "training", _replica_map("tfReplicaSpecs"),
-             _RUN_POLICY),
-    KindSpec("kubeflow.org", "MPIJob", "mpijobs", ("v2beta1", "v1"), "training", _replica_map("mpiReplicaSpecs"),
-             _RUN_POLICY),
-    KindSpec("kubeflow.org", "XGBoostJob", "xgboostjobs", _KUBEFLOW_VERSIONS, "training",
-             _replica_map("xgbReplicaSpecs"), _RUN_POLICY),
-    KindSpec("kubeflow.org", "PaddleJob", "paddlejobs", _KUBEFLOW_VERSIONS, "training",
-             _replica_map("paddleReplicaSpecs"), _RUN_POLICY),
-    KindSpec("kubeflow.org", "JAXJob", "jaxjobs", _KUBEFLOW_VERSIONS, "training", _replica_map("jaxReplicaSpecs"),
-             _RUN_POLICY),
+    _kubeflow("PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs"),
+    _kubeflow("TFJob", "tfjobs", "tfReplicaSpecs"),
+    _kubeflow("MPIJob", "mpijobs", "mpiReplicaSpecs", ("v2beta1", "v1")),
+    _kubeflow("XGBoostJob", "xgboostjobs", "xgbReplicaSpecs"),
+    _kubeflow("PaddleJob", "paddlejobs", "paddleReplicaSpecs"),
+    _kubeflow("JAXJob", "jaxjobs", "jaxReplicaSpecs"),
     KindSpec("kubeflow.org", "Notebook", "notebooks", ("v1", "v1beta1"), "notebook", _template(("spec",))),
     KindSpec("jobset.x-k8s.io", "JobSet", "jobsets", ("v1alpha2",), "training", _jobset,
-             JobFields(ttl=("spec", "ttlSecondsAfterFinished"))),
+             JobFields(ttl=("spec", "ttlSecondsAfterFinished")), gang=_GANG,
+             claims=ClaimSource(("spec", "volumeClaimPolicies"), "claim-policies")),
     KindSpec("batch.volcano.sh", "Job", "jobs", ("v1alpha1",), "training", _volcano,
-             JobFields(ttl=("spec", "ttlSecondsAfterFinished"), backoff=("spec", "maxRetry"))),
+             JobFields(ttl=("spec", "ttlSecondsAfterFinished"), backoff=("spec", "maxRetry")),
+             gang=Gang(own_scheduler=("spec", "schedulerName")), priority_class_paths=(("spec", "priorityClassName"),),
+             claims=ClaimSource(("spec", "volumes"), "volcano-volumes")),
     KindSpec("ray.io", "RayJob", "rayjobs", ("v1",), "training", _rayjob,
              JobFields(ttl=("spec", "ttlSecondsAfterFinished"), deadline=("spec", "activeDeadlineSeconds"),
                        ttl_requires_true=("spec", "shutdownAfterJobFinishes"))),

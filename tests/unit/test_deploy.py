@@ -268,6 +268,16 @@ def test_dev_overlay() -> None:
 # ---------------------------------------------------------------- Dockerfile
 
 
+def test_dockerfile_copies_every_package_pyproject_ships() -> None:
+    import tomllib
+
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
+        "include"]
+    text = (ROOT / "Dockerfile").read_text()
+    for package in (p.rstrip("*") for p in packages):
+        assert f"COPY {package}/ {package}/" in text, f"the image would be built without {package}/"
+
+
 def test_dockerfile_runs_gpuguard_as_non_root() -> None:
     text = (ROOT / "Dockerfile").read_text()
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]

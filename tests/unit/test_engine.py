@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import copy
 
-import jsonpatch
 import pytest
 
+from tests.unit.conftest import assert_patch_yields_mutated
 from tests.unit.workloads import ALL_KINDS, bare_pod_spec, cpu_container, make, pvc_pod_spec, template_specs
 from webhook.config import load_config, parse_config_text
 from webhook.decision import RequestContext
 from webhook.engine import MUTATED_BY_ANNOTATION, Engine
 
 ENGINE = Engine(load_config())
-
-
-def assert_patch_yields_mutated(decision) -> None:
-    """The JSON patch applies to the original (jsonpatch library) and gives exactly the mutated object."""
-    patched = jsonpatch.apply_patch(copy.deepcopy(decision.original), decision.patch)
-    assert patched == decision.mutated
 
 
 @pytest.mark.parametrize("kind", ALL_KINDS)

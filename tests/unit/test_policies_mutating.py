@@ -1,4 +1,4 @@
-"""Mutating policies: on each kind they apply to, user values respected, idempotent."""
+"""Mutating policies on every kind they apply to, idempotent (single cases: ``tests/policies/<id>/``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from tests.unit.test_engine import assert_patch_yields_mutated
+from tests.unit.conftest import BASE, engine_with, evaluate_twice, only
 from tests.unit.workloads import (
     ALL_KINDS,
     INFERENCE_KINDS,
@@ -22,29 +22,6 @@ from tests.unit.workloads import (
 from webhook.config import parse_config_text
 from webhook.engine import Engine
 
-BASE = "kind: GpuguardConfig\n"
-
-
-def engine_with(policies_yaml: str = "", extra: str = "") -> Engine:
-    return Engine(parse_config_text(BASE + extra + ("policies:\n" + policies_yaml if policies_yaml else "")))
-
-
-def only(policy: str, settings: str = "") -> Engine:
-    """An engine where every policy but ``policy`` is off, to test one policy alone."""
-    from policies import REGISTRY
-
-    lines = [f"  {pid}: {{action: off}}" for pid in REGISTRY if pid != policy]
-    lines.append(f"  {policy}: {{action: enforce{', ' + settings if settings else ''}}}")
-    return engine_with("\n".join(lines) + "\n")
-
-
-def evaluate_twice(engine: Engine, obj: dict):
-    first = engine.evaluate(obj)
-    assert_patch_yields_mutated(first)
-    second = engine.evaluate(first.mutated)
-    assert second.patch == [], "mutation must be idempotent"
-    return first
-
 
 # ---------------------------------------------------------------- gpu-tolerations
 @pytest.mark.parametrize("kind", ALL_KINDS)
@@ -52,36 +29,6 @@ def test_tolerations_added_on_every_kind(kind):
     out = evaluate_twice(only("gpu-tolerations"), make(kind, pvc_pod_spec(), replicas=2)).mutated
     for spec in template_specs(out):
         assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-
-
-@pytest.mark.parametrize("existing", [
-    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "nvidia.com/gpu", "operator": "Exists"},
-    {"operator": "Exists"},
-])
-def test_equal_or_wider_toleration_is_not_duplicated(existing):
-    spec = pvc_pod_spec()
-    spec["tolerations"] = [existing]
-    out = only("gpu-tolerations").evaluate(make("Job", spec))
-    assert out.patch == []
-
-
-def test_narrower_toleration_gets_the_wider_one_added():
-    spec = pvc_pod_spec()
-    spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"},
-                           {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}]
-    out = only("gpu-tolerations").evaluate(make("Job", spec)).mutated
-    assert len(template_specs(out)[0]["tolerations"]) == 3
-
-
-def test_tolerations_per_resource_from_config():
-    engine = only("gpu-tolerations", 'tolerations: {"amd.com/gpu": [{key: amd.com/gpu}]}')
-    spec = pvc_pod_spec()
-    spec["containers"][0]["resources"] = {"limits": {"amd.com/gpu": 1}}
-    out = engine.evaluate(make("Pod", spec)).mutated
-    assert out["spec"]["tolerations"] == [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    nvidia = engine.evaluate(make("Pod", pvc_pod_spec()))
-    assert nvidia.patch == []
 
 
 # ---------------------------------------------------------------- gpu-node-affinity
@@ -92,39 +39,6 @@ def test_node_affinity_on_every_kind(kind):
         terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In",
                                                 "values": ["true"]}]}]
-
-
-def test_node_affinity_added_to_every_ored_term_and_user_terms_kept():
-    spec = pvc_pod_spec()
-    spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
-        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "Exists"}]},
-    ]}}}
-    out = evaluate_twice(only("gpu-node-affinity"), make("Job", spec)).mutated
-    terms = template_specs(out)[0]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"]
-    gpu = {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
-    assert terms[0]["matchExpressions"] == [{"key": "zone", "operator": "In", "values": ["a"]}, gpu]
-    assert terms[1]["matchExpressions"] == [gpu] and terms[1]["matchFields"]
-    assert terms[2]["matchExpressions"] == [{"key": "nvidia.com/gpu.present", "operator": "Exists"}]
-
-
-def test_node_selector_on_the_label_is_respected():
-    spec = pvc_pod_spec()
-    spec["nodeSelector"] = {"nvidia.com/gpu.present": "true"}
-    assert only("gpu-node-affinity").evaluate(make("Job", spec)).patch == []
-
-
-def test_preferred_product_and_keep_cpu_pods_off():
-    engine = only("gpu-node-affinity", "preferredProducts: [NVIDIA-H100-80GB-HBM3], keepNonGpuPodsOff: true")
-    out = evaluate_twice(engine, make("Job", pvc_pod_spec())).mutated
-    pref = template_specs(out)[0]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
-    assert pref[0]["preference"]["matchExpressions"][0]["values"] == ["NVIDIA-H100-80GB-HBM3"]
-    cpu = evaluate_twice(engine, make("Deployment", {"containers": [cpu_container()]})).mutated
-    expr = template_specs(cpu)[0]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"][0]["matchExpressions"][0]
-    assert expr["operator"] == "NotIn"
 
 
 # ---------------------------------------------------------------- default-resources
@@ -138,60 +52,12 @@ def test_default_resources_sized_per_gpu(kind):
         assert "cpu" not in res["limits"]
 
 
-def test_default_resources_never_lower_user_values_and_sidecars_are_flat():
-    spec = pvc_pod_spec(gpus=1)
-    spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1, "cpu": "4"},
-                                          "requests": {"memory": "200Gi"}}
-    spec["containers"].append(cpu_container("sidecar"))
-    out = evaluate_twice(only("default-resources"), make("Job", spec)).mutated
-    main, sidecar = template_specs(out)[0]["containers"]
-    assert "cpu" not in main["resources"]["requests"]  # the limit implies the request
-    assert main["resources"]["limits"]["cpu"] == "4"
-    assert main["resources"]["requests"]["memory"] == "200Gi"
-    assert main["resources"]["limits"]["memory"] == "200Gi"  # never below the request
-    assert sidecar["resources"]["requests"] == {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "2Gi"}
-
-
-def test_default_resources_settings_and_non_gpu_pods():
-    engine = only("default-resources", 'perGpu: {cpu: "12", memory: 96Gi, ephemeralStorage: 10Gi}, '
-                  "memoryLimitFactor: {notebook: 2.0}, setCpuLimit: true, applyToNonGpuPods: true")
-    out = engine.evaluate(make("Notebook", pvc_pod_spec())).mutated
-    res = template_specs(out)[0]["containers"][0]["resources"]
-    assert res["requests"]["cpu"] == "12" and res["limits"]["cpu"] == "12"
-    assert res["limits"]["memory"] == "192Gi"
-    cpu = engine.evaluate(make("Deployment", {"containers": [cpu_container()]})).mutated
-    assert template_specs(cpu)[0]["containers"][0]["resources"]["requests"]["cpu"] == "500m"
-
-
 # ---------------------------------------------------------------- priority-class
 @pytest.mark.parametrize("kind,expected", [(k, "training-standard") for k in TRAINING_KINDS] +
                          [(k, "inference-critical") for k in INFERENCE_KINDS] + [("Notebook", "notebook-dev")])
 def test_priority_class_by_workload_class(kind, expected):
     out = evaluate_twice(only("priority-class"), make(kind, pvc_pod_spec())).mutated
     assert {s["priorityClassName"] for s in template_specs(out)} == {expected}
-
-
-def test_priority_class_user_value_kept_and_bare_pod_priority_dropped():
-    spec = pvc_pod_spec()
-    spec["priorityClassName"] = "mine"
-    assert only("priority-class").evaluate(make("Job", spec)).patch == []
-    pod = make("Pod", pvc_pod_spec())
-    pod["spec"]["priority"] = 0
-    pod["spec"]["preemptionPolicy"] = "PreemptLowerPriority"
-    out = only("priority-class").evaluate(pod)
-    assert out.mutated["spec"]["priorityClassName"] == "training-standard"
-    assert "priority" not in out.mutated["spec"] and "preemptionPolicy" not in out.mutated["spec"]
-    assert {"op": "remove", "path": "/spec/priority"} in out.patch
-
-
-def test_workload_class_label_only_when_config_allows():
-    obj = make("Job", pvc_pod_spec())
-    obj["metadata"]["labels"] = {"gpuguard.io/workload-class": "inference"}
-    assert only("priority-class").evaluate(obj).workload_class == "training"
-    allowing = Engine(parse_config_text(BASE + "workloadClasses: {allowLabelOverride: true}\n"))
-    assert allowing.evaluate(obj).workload_class == "inference"
-    by_kind = Engine(parse_config_text(BASE + "workloadClasses: {byKind: {Job: notebook}}\n"))
-    assert by_kind.evaluate(obj).workload_class == "notebook"
 
 
 # ---------------------------------------------------------------- job-ttl and job-limits
@@ -216,16 +82,6 @@ def test_ttl_capped_and_lower_user_value_kept(kind):
     assert engine.evaluate(first).patch == []
 
 
-def test_rayjob_ttl_needs_shutdown_after_finish():
-    obj = make("RayJob", pvc_pod_spec())
-    del obj["spec"]["shutdownAfterJobFinishes"]
-    assert only("job-ttl").evaluate(obj).patch == []
-
-
-def test_ttl_skips_non_gpu_jobs_by_default():
-    assert only("job-ttl").evaluate(make("Job", {"containers": [cpu_container()]})).patch == []
-
-
 @pytest.mark.parametrize("kind", ["Job", "CronJob", "PyTorchJob", "MPIJob", "Pod", "RayJob", "VolcanoJob"])
 def test_job_limits_on_gpu_training(kind):
     out = evaluate_twice(only("job-limits"), make(kind, pvc_pod_spec())).mutated
@@ -235,25 +91,6 @@ def test_job_limits_on_gpu_training(kind):
         assert job_field(out, "deadline") == 86400
 
 
-def test_job_limits_cap_and_respect_user_values():
-    obj = make("Job", pvc_pod_spec())
-    obj["spec"].update(backoffLimit=0, activeDeadlineSeconds=10**8)
-    out = only("job-limits").evaluate(obj).mutated
-    assert out["spec"]["backoffLimit"] == 0 and out["spec"]["activeDeadlineSeconds"] == 604800
-
-
-def test_job_backoff_api_default_counts_as_unset():
-    obj = make("Job", pvc_pod_spec())
-    obj["spec"]["backoffLimit"] = 6  # what the apiserver's defaulting leaves before webhooks run
-    assert only("job-limits").evaluate(obj).mutated["spec"]["backoffLimit"] == 3
-    obj["spec"]["backoffLimit"] = 5
-    assert only("job-limits").evaluate(obj).mutated["spec"]["backoffLimit"] == 5
-
-
-def test_job_limits_not_for_inference():
-    assert only("job-limits").evaluate(make("Deployment", pvc_pod_spec())).patch == []
-
-
 # ---------------------------------------------------------------- shm-volume
 @pytest.mark.parametrize("kind", ALL_KINDS)
 def test_shm_volume_on_every_kind(kind):
@@ -261,28 +98,6 @@ def test_shm_volume_on_every_kind(kind):
     for spec in template_specs(out):
         assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in spec["volumes"]
         assert {"name": "dshm", "mountPath": "/dev/shm"} in spec["containers"][0]["volumeMounts"]
-
-
-def test_shm_existing_mount_left_alone_and_size_capped_at_memory_limit():
-    spec = pvc_pod_spec()
-    spec["containers"][0]["volumeMounts"].append({"name": "mine", "mountPath": "/dev/shm"})
-    spec["volumes"].append({"name": "mine", "emptyDir": {"medium": "Memory"}})
-    assert only("shm-volume").evaluate(make("Job", spec)).patch == []
-    small = pvc_pod_spec()
-    small["containers"][0]["resources"]["limits"]["memory"] = "8Gi"
-    out = only("shm-volume").evaluate(make("Job", small)).mutated
-    assert template_specs(out)[0]["volumes"][-1]["emptyDir"]["sizeLimit"] == "8Gi"
-
-
-def test_shm_only_gpu_containers_and_name_clash():
-    spec = pvc_pod_spec()
-    spec["containers"].append(cpu_container("sidecar"))
-    spec["volumes"].append({"name": "dshm", "configMap": {"name": "c"}})
-    out = only("shm-volume").evaluate(make("Job", spec))
-    assert out.patch == []  # our name is taken by something else: leave the pod alone
-    spec["volumes"].pop()
-    out = only("shm-volume").evaluate(make("Job", spec)).mutated
-    assert "volumeMounts" not in template_specs(out)[0]["containers"][1]
 
 
 def test_mutating_policy_in_warn_mode_reports_instead_of_changing():

@@ -77,6 +77,12 @@ def test_findings_are_matched_exactly_and_in_any_order(tmp_path):
     mismatches = run_one(tmp_path / "none-expected").mismatches
     assert "expected allowed, got denied" in mismatches
     assert any("unexpected deny from checkpoint-volume" in m for m in mismatches)
+    said = {**deny, "messageContains": "no persistent volume for checkpoints"}
+    write_case(tmp_path / "message", {"only": ["checkpoint-volume"], "allowed": False, "violations": [said]})
+    assert run_one(tmp_path / "message").passed
+    write_case(tmp_path / "other-message", {"only": ["checkpoint-volume"], "allowed": False,
+                                            "violations": [{**deny, "messageContains": "hostPath"}]})
+    assert any("saying 'hostPath'" in m for m in run_one(tmp_path / "other-message").mismatches)
     without_path = {"policy": "checkpoint-volume", "action": "deny"}
     write_case(tmp_path / "no-path", {"only": ["checkpoint-volume"], "allowed": False, "violations": [without_path]})
     assert run_one(tmp_path / "no-path").passed
@@ -102,9 +108,13 @@ def test_suite_yaml_and_config_yaml_are_inherited_nearest_first(tmp_path):
 
 
 def test_pointing_at_one_case_keeps_its_suite_settings(tmp_path):
-    (tmp_path / "suite.yaml").write_text("only: [job-ttl]\n")
-    write_case(tmp_path / "ttl", {"allowed": True, "mutatedBy": ["job-ttl"]}, mutated=with_ttl(GPU_JOB))
-    assert run_one(tmp_path / "ttl" / "input.yaml").passed
+    (tmp_path / ".git").mkdir()  # the repository root: the search for suite.yaml goes no higher
+    (tmp_path / "suite.yaml").write_text("only: [no-such-policy]\n")  # farther than the nearest: unused
+    (tmp_path / "ttl-suite" / "suite.yaml").parent.mkdir()
+    (tmp_path / "ttl-suite" / "suite.yaml").write_text("only: [job-ttl]\n")
+    write_case(tmp_path / "ttl-suite" / "group" / "ttl", {"allowed": True, "mutatedBy": ["job-ttl"]},
+               mutated=with_ttl(GPU_JOB))
+    assert run_one(tmp_path / "ttl-suite" / "group" / "ttl" / "input.yaml").passed
 
 
 def test_only_turns_off_every_other_policy_in_profiles_too(tmp_path):

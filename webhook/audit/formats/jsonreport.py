@@ -1,7 +1,9 @@
 """``--format json``: the stable, documented audit contract for scripts and dashboards.
 
-Shape: ``{"summary": {...}, "results": [...]}`` as in ``shared/design.md``; every key is
-described in ``docs/audit.md`` and checked by ``docs/audit-result.schema.json``.  Keys are
+Shape: ``{"summary": {...}, "results": [...]}``: ``summary`` counts the run (exit code, totals,
+by policy, by namespace, cost at risk), ``results`` holds one ``Decision.result_entry`` per
+object or one error entry per unreadable document.  Every key is described in
+``docs/audit.md`` ("JSON contract") and checked by ``docs/audit-result.schema.json``.  Keys are
 only ever added, never renamed or removed, so consumers can rely on them.
 """
 

@@ -1,0 +1,48 @@
+"""The kind table: every KindSpec has a test builder, and the facts policies read are where they belong."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.workloads import ALL_KINDS, BUILDER_NAMES, GANG_KINDS, has_builder, make, pvc_pod_spec
+from webhook.config import parse_config_text
+from webhook.decision import RequestContext
+from webhook.engine import Engine
+from workloads import kinds
+
+
+@pytest.mark.parametrize("spec", kinds.KINDS, ids=lambda s: f"{s.kind}.{s.group or 'core'}")
+def test_every_kind_has_a_builder_that_builds_that_kind(spec):
+    name = BUILDER_NAMES[spec.api_group_kind]
+    assert has_builder(name), f"add a builder for {name} to tests/unit/workloads.py:make"
+    obj = make(name, pvc_pod_spec())
+    assert kinds.lookup(obj["apiVersion"], obj["kind"]) is spec
+    assert list(spec.locate(obj)), f"{name}: the builder's object has no pod template the kind table finds"
+
+
+def test_matrices_cover_every_kind_once():
+    assert len(ALL_KINDS) == len(set(ALL_KINDS)) == len(kinds.KINDS)
+
+
+def test_kind_facts_policies_rely_on():
+    by_name = {BUILDER_NAMES[k.api_group_kind]: k for k in kinds.KINDS}
+    assert [n for n, k in by_name.items() if k.is_pod] == ["Pod"]
+    assert by_name["VolcanoJob"].gang.own_scheduler == ("spec", "schedulerName")
+    assert by_name["PyTorchJob"].gang.operator_policy == ("spec", "runPolicy", "schedulingPolicy")
+    assert set(GANG_KINDS) == {"Job", "CronJob", "PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob",
+                               "JAXJob", "JobSet", "VolcanoJob"}
+    assert {n for n, k in by_name.items() if k.validated_by_apiserver} == {
+        "Pod", "Job", "CronJob", "Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"}
+
+
+def test_gang_kinds_setting_tells_the_two_jobs_apart():
+    """``kinds: [Job.batch]`` checks the batch Job only; Volcano's Job shares the name but not the group."""
+    engine = Engine(parse_config_text("kind: GpuguardConfig\npolicies:\n  gang-scheduling: {kinds: [Job.batch]}\n"))
+    ctx = RequestContext(mutate=False)
+    batch = engine.evaluate(make("Job", pvc_pod_spec(), replicas=4), ctx)
+    volcano = make("VolcanoJob", pvc_pod_spec(), replicas=4)
+    volcano["spec"]["schedulerName"] = "default-scheduler"
+    assert [v.policy for v in batch.violations if v.policy == "gang-scheduling"] == ["gang-scheduling"]
+    assert not [v for v in engine.evaluate(volcano, ctx).violations if v.policy == "gang-scheduling"]
+    default = Engine(parse_config_text("kind: GpuguardConfig\n"))
+    assert [v for v in default.evaluate(volcano, ctx).violations if v.policy == "gang-scheduling"]
