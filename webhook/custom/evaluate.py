@@ -1,8 +1,10 @@
 """Run compiled custom rules on a workload view: the engine's one call into ``customPolicies``.
 
-Per object, the variables every rule shares (``object``, ``request``, ``workload`` ...) are put
-into one CEL activation (cel-expr-python reads Python values lazily, so this costs a few
-microseconds however large the object); pod-template rules get one activation per template.
+Per object, the variables every rule shares (``object``, ``request``, ``workload`` ...) go into
+one CEL activation per pod template, which every rule of both scopes reuses: cel-expr-python
+converts a Python value the first time an expression reads it and keeps the result in the
+activation, so the conversion (most of a rule's cost) is paid once, and only for the top-level
+fields the rules read (``project.py``).
 
 A rule that errors on an object (a missing key, a bad quantity, a non-bool result) becomes a
 finding of *that rule* at its failure action (``failurePolicy: Fail``: the rule's action;
