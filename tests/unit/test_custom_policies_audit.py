@@ -63,3 +63,14 @@ def test_every_audit_format_shows_the_custom_finding(capsys, tmp_path, fmt):
         assert html.escape(MESSAGE) in text and html.escape(FIX) in text and "gpu-registry" in text
     else:  # table
         assert MESSAGE in text and FIX in text and "gpu-registry" in text
+
+
+def test_policies_and_explain_list_custom_rules_of_a_config(capsys):
+    code, out = run(capsys, "policies", "--config", str(CONFIG), "--format", "json")
+    rows = {r["id"]: r for r in json.loads(out)}
+    assert code == 0 and rows["gpu-registry"]["title"] == "Images of GPU pods come from the team registry"
+    assert rows["gpu-registry"]["phase"] == "validating" and "job-ttl" in rows
+    code, out = run(capsys, "explain", "gpu-registry", "--config", str(CONFIG), "--format", "json")
+    assert code == 0 and "podSpec.containers.all" in json.loads(out)["rationale"]
+    assert main(["explain", "gpu-registry"]) == 2  # not a built-in policy without the config
+    assert "unknown policy 'gpu-registry'" in capsys.readouterr().err
