@@ -400,3 +400,14 @@ def test_custom_and_builtin_findings_share_the_violation_shape():
     builtin = [e for e in entries if e["policy"] != "r"]
     assert custom and builtin and {tuple(sorted(e)) for e in entries} == {tuple(sorted(custom[0]))}
     assert custom[0]["message"].startswith("[r] spec.template.spec (job): bad;")
+
+
+def test_rules_that_read_namespace_labels_make_the_server_look_them_up():
+    from webhook.server import _profiles_use_labels
+
+    plain = parse_config_text(config(rule("true")), "cfg.yaml")
+    by_match = parse_config_text(config(rule("true", match="{namespaceLabels: {tier: gold}}")), "cfg.yaml")
+    by_variable = parse_config_text(config(rule("namespaceObject.metadata.labels.tier == 'gold'")), "cfg.yaml")
+    assert not plain.custom.uses_namespace_labels and not _profiles_use_labels(plain)
+    assert by_match.custom.uses_namespace_labels and _profiles_use_labels(by_match)
+    assert by_variable.custom.uses_namespace_labels and _profiles_use_labels(by_variable)

@@ -44,6 +44,7 @@ class CompiledRule:
     validations: tuple[CompiledValidation, ...]
     kinds: frozenset[tuple[str | None, str]]  # (group or None for "any group", kind)
     reads: dict[str, frozenset[str] | None]  # top-level fields of object/oldObject/podSpec it reads
+    reads_namespace_object: bool = False  # mentions namespaceObject (whose labels the server looks up)
 
     @cached_property
     def matches_everything(self) -> bool:
@@ -144,7 +145,7 @@ def compile_rule(policy: CustomPolicy, loc: tuple, where: Where) -> CompiledRule
     expressions = [c.expression for c in policy.match_conditions] + [v.expression for v in policy.variables] + [
         e for v in policy.validations for e in (v.expression, v.message_expression) if e]
     return CompiledRule(policy, conditions, variables, tuple(validations), _kinds(policy, loc, where),
-                        project.fields_read(expressions))
+                        project.fields_read(expressions), any("namespaceObject" in e for e in expressions))
 
 
 class CustomRules:
@@ -152,6 +153,9 @@ class CustomRules:
 
     def __init__(self, rules: list[CompiledRule]):
         self.rules = {rule.id: rule for rule in rules}
+        # Whether the webhook must look namespace labels up (serve --namespace-labels) for these rules.
+        self.uses_namespace_labels = any(rule.policy.match.namespace_labels or rule.reads_namespace_object
+                                         for rule in rules)
 
     def __bool__(self) -> bool:
         return bool(self.rules)
