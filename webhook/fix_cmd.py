@@ -46,8 +46,8 @@ def register(subparsers: Any) -> None:
         "fix", help="apply gpuguard's mutations to manifest files in place",
         description="Apply the changes gpuguard's webhook would make at admission to every workload in the "
                     "files, keeping comments, key order and formatting of everything unchanged, then print what "
-                    "would still be denied. Exit 0 when nothing is denied, 1 when something still is, 2 on "
-                    "errors.")
+                    "would still be denied. Exit 0 when nothing is denied, 1 when something still is, 2 when a file "
+                    "or an object cannot be read.")
     parser.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON manifest (multi-document); "
                         "- reads stdin and writes stdout")
     parser.add_argument("--stdout", action="store_true", help="print the fixed files instead of writing them")
@@ -67,6 +67,7 @@ class DocumentResult:
     label: str
     changed_by: list[str] = field(default_factory=list)
     denials: list[Violation] = field(default_factory=list)
+    error: str | None = None  # the engine could not read the object (malformed manifest)
 
 
 @dataclass
@@ -201,8 +202,7 @@ class Fixer:
         if decision.skipped and not decision.violations:
             return False
         results.append(DocumentResult(_label(obj, where), list(decision.mutated_by) if ops else [],
-                                      decision.denials + ([] if decision.error is None else [Violation(
-                                          "gpuguard", "deny", "", decision.error, "fix the manifest")])))
+                                      decision.denials, decision.error))
         if ops:
             apply_patch(node, ops)
         return bool(ops)
@@ -303,16 +303,19 @@ def _json_indent(text: str) -> int | None:
 # ---------------------------------------------------------------- the command
 
 
-def _report(result: FileResult, stream: Any) -> bool:
-    """Print what changed and what is still denied; True when something is."""
-    denied = False
+def _report(result: FileResult, stream: Any) -> tuple[bool, bool]:
+    """Print what changed, what is still denied and what could not be read: (denied?, unreadable?)."""
+    denied = unreadable = False
     for obj in result.objects:
+        if obj.error:
+            unreadable = True
+            print(f"ERROR   {obj.label}: gpuguard could not evaluate it: {obj.error}", file=stream)
         if obj.changed_by:
             print(f"fixed   {obj.label}: {', '.join(obj.changed_by)}", file=stream)
         for v in obj.denials:
             denied = True
             print(f"DENIED  {obj.label}: {v.text}", file=stream)
-    return denied
+    return denied, unreadable
 
 
 def run(args: argparse.Namespace) -> int:
@@ -338,7 +341,8 @@ def run(args: argparse.Namespace) -> int:
             failed = True
             continue
         report_stream = sys.stderr if to_stdout else sys.stdout
-        denied = _report(result, report_stream) or denied
+        file_denied, unreadable = _report(result, report_stream)
+        denied, failed = denied or file_denied, failed or unreadable
         if to_stdout:
             sys.stdout.write(result.text)
         elif result.changed:

@@ -197,3 +197,4 @@ def test_fix_keeps_kustomize_style_unindented_sequences(tmp_path):
     assert lines_in_order(text, fixed)
     assert "      tolerations:\n      - key: nvidia.com/gpu" in fixed
     assert mutation_left(fixed) == []
+
