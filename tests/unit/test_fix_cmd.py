@@ -115,12 +115,17 @@ def test_commented_multi_document_file_keeps_every_unchanged_byte(tmp_path, caps
     assert path.read_text() == fixed
 
 
-def test_a_file_with_nothing_to_change_is_not_rewritten(tmp_path):
-    path = tmp_path / "cm.yaml"
-    path.write_bytes(CONFIGMAP.encode())
+def test_a_commented_multi_document_file_with_nothing_to_change_is_not_rewritten(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text(TRAIN_JOB)
+    assert fix(str(job)) == 0  # now compliant: the webhook would change nothing
+    text = ("# rendered by kustomize build\n" + job.read_text() + CONFIGMAP + "---\n# trailing comment\n"
+            ).encode()
+    path = tmp_path / "stack.yaml"
+    path.write_bytes(text)
     before = path.stat().st_mtime_ns
     assert fix(str(path)) == 0
-    assert path.read_bytes() == CONFIGMAP.encode() and path.stat().st_mtime_ns == before
+    assert path.read_bytes() == text and path.stat().st_mtime_ns == before
 
 
 def test_stdout_leaves_the_file_alone_and_reports_on_stderr(tmp_path, capsys):
