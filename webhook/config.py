@@ -224,7 +224,7 @@ def _compile_policies(overrides: dict[str, dict[str, Any]], prefix: tuple, lines
     validating: list[tuple[ValidatingPolicy, PolicySettings]] = []
     for policy_id, values in overrides.items():
         if policy_id not in REGISTRY and policy_id not in custom:
-            known = ", ".join(REGISTRY)
+            known = ", ".join([*REGISTRY, *custom.rules])
             raise ConfigError(f"{source}:{_line_for(lines, prefix + (policy_id,))}: unknown policy "
                               f"{policy_id!r} (known: {known})")
         if not isinstance(values, dict):
