@@ -203,3 +203,13 @@ def test_fix_keeps_kustomize_style_unindented_sequences(tmp_path):
     assert "      tolerations:\n      - key: nvidia.com/gpu" in fixed
     assert mutation_left(fixed) == []
 
+
+
+def test_the_pre_commit_hook_runs_fix_on_the_staged_files():
+    import shlex
+
+    from webhook.cli import build_parser
+
+    hooks = {h["id"]: h for h in yaml.safe_load(Path(".pre-commit-hooks.yaml").read_text())}
+    args = build_parser().parse_args(shlex.split(hooks["gpuguard-fix"]["entry"])[1:] + ["k8s/job.yaml"])
+    assert args.command == "fix" and args.files == ["k8s/job.yaml"] and not args.stdout
