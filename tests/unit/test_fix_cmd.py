@@ -17,6 +17,8 @@ from webhook.config import load_config
 from webhook.decision import RequestContext
 from webhook.engine import MUTATED_BY_ANNOTATION, Engine
 
+ROOT = Path(__file__).resolve().parents[2]
+
 # A Helm-style stream: header comments, a non-workload, a GPU Job to fix (with comments, flow
 # style, quoted strings and indented sequences), a document end marker and an empty document.
 TRAIN_JOB = """\
@@ -194,7 +196,7 @@ def test_bad_files_are_one_error_line_and_exit_2(tmp_path, capsys, content, word
 
 
 def test_fix_keeps_kustomize_style_unindented_sequences(tmp_path):
-    text = Path("tests/fixtures/manifests/multi/helm-template-stack.yaml").read_text()
+    text = (ROOT / "tests/fixtures/manifests/multi/helm-template-stack.yaml").read_text()
     path = tmp_path / "helm.yaml"
     path.write_text(text)
     assert fix(str(path)) == 1  # the Job is still denied: gang scheduling needs a choice a tool cannot make
@@ -210,6 +212,6 @@ def test_the_pre_commit_hook_runs_fix_on_the_staged_files():
 
     from webhook.cli import build_parser
 
-    hooks = {h["id"]: h for h in yaml.safe_load(Path(".pre-commit-hooks.yaml").read_text())}
+    hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
     args = build_parser().parse_args(shlex.split(hooks["gpuguard-fix"]["entry"])[1:] + ["k8s/job.yaml"])
     assert args.command == "fix" and args.files == ["k8s/job.yaml"] and not args.stdout
