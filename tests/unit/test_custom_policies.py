@@ -411,3 +411,13 @@ def test_rules_that_read_namespace_labels_make_the_server_look_them_up():
     assert not plain.custom.uses_namespace_labels and not _profiles_use_labels(plain)
     assert by_match.custom.uses_namespace_labels and _profiles_use_labels(by_match)
     assert by_variable.custom.uses_namespace_labels and _profiles_use_labels(by_variable)
+
+
+def test_the_commented_example_in_the_shipped_config_compiles_and_works():
+    from webhook.config import DEFAULT_CONFIG_PATH
+
+    text = DEFAULT_CONFIG_PATH.read_text()
+    example = text[text.index("# customPolicies:"):]
+    uncommented = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in example.splitlines())
+    eng = Engine(parse_config_text(HEAD + uncommented, "example"))
+    assert {p for p, *_ in run(eng, GPU_JOB)} >= {"team-label", "gpu-registry"}
