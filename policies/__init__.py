@@ -16,12 +16,14 @@ from policies import (
     gpu_node_affinity,
     gpu_request_shape,
     gpu_tolerations,
+    idle_after_finish,
     inference_on_spot,
     job_limits,
     job_ttl,
     priority_abuse,
     priority_class,
     shm_volume,
+    workload_class,
 )
 from policies.base import Finding, MutatingPolicy, Policy, PolicySettings, ValidatingPolicy
 
@@ -30,7 +32,7 @@ REGISTRY: dict[str, Policy] = {
     for module in (
         gpu_tolerations, gpu_node_affinity, default_resources, priority_class, job_ttl, job_limits, shm_volume,
         checkpoint_volume, gpu_memory_guard, gpu_request_shape, gang_scheduling, inference_on_spot,
-        ephemeral_storage, priority_abuse,
+        ephemeral_storage, priority_abuse, workload_class, idle_after_finish,
     )
 }
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from policies.base import Finding, PolicySettings, ValidatingPolicy
-from workloads.paths import dicts, get_path
+from workloads.paths import dicts, dotted, get_path
 from workloads.view import Container, PodTemplate, WorkloadView
 
 _NOT_PERSISTENT = {
@@ -51,6 +51,9 @@ class Settings(PolicySettings):
     checkpoint_path_env_vars: list[str] = Field(default_factory=lambda: ["CHECKPOINT_DIR", "CHECKPOINT_PATH",
                                                                          "CKPT_DIR"],
                                                 description="Env vars that name the checkpoint directory.")
+    max_gpu_hours_at_risk: float = Field(
+        4.0, ge=0, description="A workload whose deadline bounds what a restart can lose (deadline x GPUs) to at "
+        "most this many GPU-hours needs no checkpoint storage: smoke tests, benchmarks, short evaluations.")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Mount:
     path: str
     persistent: bool
     what: str  # readable description of the backing storage
+    read_only: bool = False  # persistent storage mounted readOnly: it cannot take a checkpoint
 
 
 def _describe(volume: dict, settings: Settings) -> tuple[bool, str]:
@@ -129,7 +133,10 @@ def _mounts(container: Container, template: PodTemplate, extra: dict, volcano: l
             persistent, what = extra[name]
         else:
             persistent, what = False, f"volume '{name}', which the pod does not define"
-        mounts.append(Mount(path.rstrip("/") or "/", persistent and mount.get("readOnly") is not True, what))
+        read_only = mount.get("readOnly") is True
+        mounts.append(Mount(path.rstrip("/") or "/", persistent and not read_only,
+                            f"{what}, mounted read-only" if persistent and read_only else what,
+                            persistent and read_only))
     return mounts
 
 
@@ -143,9 +150,32 @@ def _backing(path: str, mounts: list[Mount]) -> Mount | None:
     return best
 
 
+def _gpu_hours_at_risk(view: WorkloadView) -> float | None:
+    """Deadline x GPUs: the most a run without checkpoints can lose; ``None`` when no deadline bounds it."""
+    fields = view.kind.job
+    deadline = get_path(view.obj, fields.deadline) if fields and fields.deadline else None
+    if not isinstance(deadline, int) or isinstance(deadline, bool) or deadline <= 0:
+        return None
+    return deadline / 3600 * view.total_gpus
+
+
+def _bound_hint(view: WorkloadView, settings: Settings) -> str:
+    """How to get under the GPU-hours threshold instead: the deadline that would do it."""
+    fields = view.kind.job
+    if not fields or not fields.deadline or not view.total_gpus or settings.max_gpu_hours_at_risk <= 0:
+        return ""
+    seconds = int(settings.max_gpu_hours_at_risk * 3600 / view.total_gpus)
+    return (f"; or, for a short run (smoke test, benchmark, evaluation), set {dotted(fields.deadline)} <= {seconds} "
+            f"so at most {settings.max_gpu_hours_at_risk:g} GPU-hours are at risk")
+
+
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     if view.workload_class not in settings.classes or not view.is_gpu:
         return
+    at_risk = _gpu_hours_at_risk(view)
+    if at_risk is not None and at_risk <= settings.max_gpu_hours_at_risk:
+        return
+    hint = _bound_hint(view, settings)
     extra = _claim_policies(view)
     volcano = _volcano_mounts(view)
     for template in view.gpu_templates:
@@ -162,19 +192,32 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                 if backing is not None and backing.persistent:
                     continue
                 bad_path = True
+                if backing is not None and backing.read_only:
+                    yield Finding(container.path, f"checkpoint path {label} is on {backing.what}: checkpoints "
+                                  "cannot be written there", "mount it read-write (drop readOnly: true), or point "
+                                  "CHECKPOINT_URI at an object store" + hint, container.name)
+                    continue
                 where = backing.what if backing else "the container's writable layer (lost when the pod restarts)"
                 yield Finding(container.path, f"checkpoint path {label} is on {where}",
-                              "back it with a persistentVolumeClaim or point CHECKPOINT_URI at an object store",
+                              "back it with a persistentVolumeClaim or point CHECKPOINT_URI at an object store" + hint,
                               container.name)
             if bad_path:
                 continue
-            object_store = any(
+            # A value from a ConfigMap or Secret (valueFrom, or envFrom, which may define any variable) can't
+            # be read here: it counts as set, like the team's shared CHECKPOINT_URI usually is.
+            object_store = container.env_from() or any(
                 var in env and (env[var] is None or env[var].startswith(tuple(settings.object_store_schemes)))
                 for var in settings.object_store_env_vars)
             if not object_store and not any(m.persistent for m in mounts):
+                read_only = next((m for m in mounts if m.read_only), None)
+                if read_only is not None:
+                    yield Finding(container.path, f"GPU training job's only persistent storage is {read_only.what}: "
+                                  "checkpoints cannot be written there", "mount a writable persistentVolumeClaim "
+                                  "for checkpoints or set CHECKPOINT_URI to an object store" + hint, container.name)
+                    continue
                 yield Finding(container.path, "GPU training job has no persistent volume for checkpoints",
                               "mount a persistentVolumeClaim (e.g. at /checkpoints) or set CHECKPOINT_URI to an "
-                              "object store", container.name)
+                              "object store" + hint, container.name)
 
 
 POLICY = ValidatingPolicy(

@@ -1,9 +1,23 @@
-"""gang-scheduling: multi-pod GPU jobs must be scheduled all-or-nothing.
+"""gang-scheduling: multi-pod GPU jobs must be scheduled all-or-nothing, by something that really gangs.
 
 The default scheduler places pods one by one: half the workers of a distributed job start,
 hold their GPUs and wait at the first collective for peers that pend on a full cluster.
-Two such jobs can deadlock each other.  A gang scheduler (Volcano, Kueue, scheduler-plugins
-coscheduling) admits the whole job or none of it.
+Two such jobs can deadlock each other.  What really gangs, judged by semantics, not by name:
+
+* a Kueue queue label on the workload (Kueue admits the whole workload's quota at once);
+* a kind whose controller gangs by itself (Volcano's Job), with ``minAvailable`` covering the
+  pods that hold GPUs (unset means all pods);
+* a Kubeflow ``runPolicy.schedulingPolicy`` (the operator creates a PodGroup), whose
+  ``minAvailable``, when set, covers the GPU pods;
+* a pod-group label on every GPU pod template (scheduler-plugins coscheduling
+  ``scheduling.x-k8s.io/pod-group``, Volcano ``scheduling.k8s.io/group-name``), naming a PodGroup
+  with its own ``minMember``;
+* ``schedulerName: volcano`` together with the workload annotation
+  ``scheduling.volcano.sh/group-min-member`` covering the GPU pods.
+
+``schedulerName: volcano`` alone does not gang: Volcano gives such pods an automatic PodGroup of
+one (``minMember: 1``).  Only pods that hold GPUs at the same time count: the CPU initializer
+pods of a Kubeflow Trainer JobSet, which run before the trainer, are not part of the gang.
 """
 
 from __future__ import annotations
@@ -14,18 +28,22 @@ from pydantic import Field
 
 from policies.base import Finding, PolicySettings, ValidatingPolicy
 from workloads.kinds import Gang, KindSpec
-from workloads.paths import get_path
-from workloads.view import WorkloadView
+from workloads.paths import dotted, get_path
+from workloads.view import PodTemplate, WorkloadView
+
+MIN_MEMBER_ANNOTATION = "scheduling.volcano.sh/group-min-member"
 
 
 class Settings(PolicySettings):
-    schedulers: list[str] = Field(default_factory=lambda: ["volcano", "scheduler-plugins-scheduler"],
-                                  description="schedulerName values that gang-schedule.")
+    schedulers: list[str] = Field(default_factory=lambda: ["volcano"],
+                                  description="schedulerName values that gang pods given a group-min-member "
+                                  "annotation on the workload.")
     queue_labels: list[str] = Field(default_factory=lambda: ["kueue.x-k8s.io/queue-name"],
                                     description="Labels on the workload that put it in a gang-admitting queue.")
     pod_group_labels: list[str] = Field(
-        default_factory=lambda: ["scheduling.x-k8s.io/pod-group", "scheduling.k8s.io/group-name"],
-        description="Pod template labels or annotations naming a pod group.")
+        default_factory=lambda: ["scheduling.x-k8s.io/pod-group", "scheduling.k8s.io/group-name",
+                                 "scheduling.volcano.sh/group-name"],
+        description="Pod template labels or annotations naming a pod group (with its own minMember).")
     accept_kubeflow_scheduling_policy: bool = Field(
         True, description="Accept Kubeflow runPolicy.schedulingPolicy (the operator runs with a gang scheduler).")
     kinds: list[str] | None = Field(
@@ -33,9 +51,7 @@ class Settings(PolicySettings):
         "shared); unset: every distributed-job kind (Job, CronJob, Kubeflow jobs, JobSet, Volcano Job).")
 
 
-def _template_is_ganged(template, settings: Settings) -> bool:
-    if template.spec.get("schedulerName") in settings.schedulers:
-        return True
+def _in_pod_group(template: PodTemplate, settings: Settings) -> bool:
     meta = template.metadata() or {}
     for section in ("labels", "annotations"):
         values = meta.get(section)
@@ -44,15 +60,38 @@ def _template_is_ganged(template, settings: Settings) -> bool:
     return False
 
 
-def _ganged(view: WorkloadView, gang: Gang, settings: Settings) -> bool:
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _why_not_ganged(view: WorkloadView, gang: Gang, settings: Settings, pods: int) -> str | None:
+    """``None`` when the GPU pods are ganged; else what is missing, for the message."""
     if any(label in view.labels for label in settings.queue_labels):
-        return True
+        return None
+    minimum = _count(get_path(view.obj, gang.min_available)) if gang.min_available else None
     if gang.own_scheduler is not None:  # the kind's controller gangs unless told to use another scheduler
-        return get_path(view.obj, gang.own_scheduler) in (None, *settings.schedulers)
+        scheduler = get_path(view.obj, gang.own_scheduler)
+        if scheduler not in (None, *settings.schedulers):
+            return f"{dotted(gang.own_scheduler)} is {scheduler!r}, which does not gang"
+        if minimum is not None and minimum < pods:
+            return f"{dotted(gang.min_available)} is {minimum}, fewer than its {pods} GPU pods"  # type: ignore[arg-type]
+        return None
     if settings.accept_kubeflow_scheduling_policy and gang.operator_policy is not None and isinstance(
             get_path(view.obj, gang.operator_policy), dict):
-        return True
-    return all(_template_is_ganged(t, settings) for t in view.gpu_templates)
+        if minimum is not None and minimum < pods:
+            return f"{dotted(gang.min_available)} is {minimum}, fewer than its {pods} GPU pods"  # type: ignore[arg-type]
+        return None
+    templates = view.gpu_templates
+    if all(_in_pod_group(t, settings) for t in templates):
+        return None
+    if all(t.spec.get("schedulerName") in settings.schedulers for t in templates):
+        annotations = get_path(view.obj, ("metadata", "annotations"))
+        declared = annotations.get(MIN_MEMBER_ANNOTATION) if isinstance(annotations, dict) else None
+        if isinstance(declared, str) and declared.isdigit() and int(declared) >= pods:
+            return None
+        return (f"schedulerName {templates[0].spec.get('schedulerName')} alone gives its pods a PodGroup of one "
+                "(minMember 1)")
+    return "no gang scheduler"
 
 
 def _checked(kind: KindSpec, settings: Settings) -> bool:
@@ -61,18 +100,20 @@ def _checked(kind: KindSpec, settings: Settings) -> bool:
 
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     gang = view.kind.gang
-    if gang is None or not _checked(view.kind, settings):
+    if gang is None or not _checked(view.kind, settings) or not view.is_gpu:
         return
-    if not view.is_gpu:
+    # Pods that hold GPUs at the same time; CPU pods (initializers, launchers, parameter servers) do not.
+    pods = sum(t.ref.replicas for t in view.gpu_templates)
+    if pods <= 1:
         return
-    pods = view.pod_count()
-    if pods <= 1 or _ganged(view, gang, settings):
+    missing = _why_not_ganged(view, gang, settings, pods)
+    if missing is None:
         return
-    yield Finding(("spec",), f"distributed GPU job with {pods} pods and no gang scheduler: some pods start and "
-                  "hold GPUs while the rest pend, and the job never makes progress",
-                  f"set schedulerName: {settings.schedulers[0]} on its pod templates, a Kueue queue label "
-                  f"({settings.queue_labels[0] if settings.queue_labels else 'kueue.x-k8s.io/queue-name'}) or a "
-                  "coscheduling pod-group label")
+    yield Finding(("spec",), f"distributed GPU job with {pods} GPU pods is not gang-scheduled ({missing}): some "
+                  "pods start and hold GPUs while the rest pend, and the job never makes progress",
+                  "add a Kueue queue label (kueue.x-k8s.io/queue-name), a Kubeflow runPolicy.schedulingPolicy, a "
+                  "coscheduling pod-group label (scheduling.x-k8s.io/pod-group) on its GPU pod templates, or "
+                  f"schedulerName: volcano with the annotation {MIN_MEMBER_ANNOTATION}: \"{pods}\"")
 
 
 POLICY = ValidatingPolicy(
@@ -80,8 +121,10 @@ POLICY = ValidatingPolicy(
     title="Gang scheduling for distributed GPU jobs",
     settings_model=Settings,
     run=validate,
-    description="Multi-pod GPU jobs (Kubeflow jobs with workers, JobSet, Job with parallelism > 1) must use a "
-    "gang scheduler: schedulerName such as volcano, a Kueue queue label, or a pod-group label.",
+    description="Multi-pod GPU jobs (Kubeflow jobs with workers, JobSet, Job with parallelism > 1, Volcano Job) "
+    "must be ganged for real: a Kueue queue label, a Kubeflow schedulingPolicy or Volcano Job whose minAvailable "
+    "covers the GPU pods, a coscheduling/Volcano pod-group label, or schedulerName volcano with a group-min-member "
+    "annotation. schedulerName volcano alone is a PodGroup of one. Only pods holding GPUs at once count.",
     rationale="Without all-or-nothing scheduling, partial jobs hold GPUs waiting for peers that never start; "
     "two such jobs can deadlock a cluster.",
     example="""\
@@ -89,6 +132,8 @@ apiVersion: kubeflow.org/v1
 kind: PyTorchJob
 metadata: {name: train, namespace: ml}
 spec:
+  runPolicy:
+    schedulingPolicy: {minAvailable: 4}
   pytorchReplicaSpecs:
     Master:
       replicas: 1

@@ -2,18 +2,24 @@
 
 A GPU job that crash-loops retries six times by default (each retry re-pulls a large
 image and reloads a model), and a job that hangs runs until someone notices.  A backoff
-limit and an ``activeDeadlineSeconds`` default (and maximum) bound both.  Pods created by a
-controller are skipped: their controller carries the deadline, and a pod-level deadline
-would change what the controller asked for.
+limit and an ``activeDeadlineSeconds`` default (and maximum) bound both.  Objects a trusted
+controller creates (the Pods of a Job) never reach a mutating policy: their parent carries the
+deadline (``webhook.controllers``).  On UPDATE the caps hold too: raising a deadline past the
+maximum is capped like on CREATE.
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import MutatingPolicy, PolicySettings
+from policies.base import ConfigModel, MutatingPolicy, PolicySettings
 from workloads.paths import set_int_field
 from workloads.view import WorkloadView
+
+
+class Deadline(ConfigModel):
+    active_deadline_seconds: int = Field(ge=1, description="Deadline where none is given.")
+    max_active_deadline_seconds: int | None = Field(None, ge=1, description="Longer deadlines are capped.")
 
 
 class Settings(PolicySettings):
@@ -21,23 +27,27 @@ class Settings(PolicySettings):
     max_backoff_limit: int | None = Field(None, ge=0, description="Larger retry limits are capped to this.")
     active_deadline_seconds: int = Field(86400, ge=1, description="Deadline where none is given.")
     max_active_deadline_seconds: int | None = Field(604800, ge=1, description="Longer deadlines are capped.")
-    classes: list[str] = Field(default_factory=lambda: ["training"],
+    classes: list[str] = Field(default_factory=lambda: ["training", "batch-inference", "smoke-test"],
                                description="Workload classes it applies to.")
+    by_class: dict[str, Deadline] = Field(
+        default_factory=lambda: {"smoke-test": Deadline(active_deadline_seconds=1800,
+                                                        max_active_deadline_seconds=3600)},
+        description="Deadline and cap per class, over the general ones (a smoke test is short by definition).")
 
 
 def mutate(view: WorkloadView, settings: Settings) -> bool:
     fields = view.kind.job
     if fields is None or not view.is_gpu or view.workload_class not in settings.classes:
         return False
-    if view.owned_by_controller:
-        return False
     changed = False
     if fields.backoff:
         changed |= set_int_field(view.obj, fields.backoff, settings.backoff_limit, settings.max_backoff_limit,
                       fields.backoff_api_default)
     if fields.deadline:
-        changed |= set_int_field(view.obj, fields.deadline, settings.active_deadline_seconds,
-                      settings.max_active_deadline_seconds)
+        own = settings.by_class.get(view.workload_class)
+        default, cap = (own.active_deadline_seconds, own.max_active_deadline_seconds) if own else (
+            settings.active_deadline_seconds, settings.max_active_deadline_seconds)
+        changed |= set_int_field(view.obj, fields.deadline, default, cap)
     return changed
 
 
@@ -46,8 +56,8 @@ POLICY = MutatingPolicy(
     title="Retry and deadline limits for GPU training",
     settings_model=Settings,
     run=mutate,
-    description="Sets backoffLimit (default 3) and activeDeadlineSeconds (default 24h, capped at 7 days) on "
-    "GPU training workloads where absent.",
+    description="Sets backoffLimit (default 3) and activeDeadlineSeconds (default 24h, capped at 7 days; smoke "
+    "tests 30 min, capped at 1h) on GPU training, batch-inference and smoke-test workloads where absent.",
     rationale="A hung or crash-looping GPU job bills every GPU-hour until a human notices; over a weekend "
     "that is 60 hours per GPU.",
     example="""\

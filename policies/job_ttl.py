@@ -1,9 +1,11 @@
 """job-ttl: finished jobs are deleted after a while, so they stop holding quota and claims.
 
 The TTL field lives in a different place per kind (``kinds.JobFields.ttl``): Job, CronJob's
-job template, Kubeflow ``runPolicy``, JobSet, Volcano Job, RayJob.  A RayJob's TTL only
-works with ``shutdownAfterJobFinishes: true`` (otherwise the apiserver rejects it), so it
-is set only where the user asked for shutdown.
+job template, Kubeflow ``runPolicy``, JobSet, Volcano Job, RayJob, RayCronJob.  A RayJob's TTL
+only works with ``shutdownAfterJobFinishes: true``, which KubeRay leaves off: the job's whole
+GPU RayCluster then stays up after the job ends.  So where the user did not set it, it is set
+to true along with the TTL; where the user set it to false, that choice stays (and
+``idle-after-finish`` warns with what the idle cluster holds).
 """
 
 from __future__ import annotations
@@ -26,10 +28,19 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     fields = view.kind.job
     if fields is None or fields.ttl is None or (settings.gpu_only and not view.is_gpu):
         return False
-    if fields.ttl_requires_true and get_path(view.obj, fields.ttl_requires_true) is not True:
-        return False
+    changed = False
+    if fields.ttl_requires_true:
+        shutdown = get_path(view.obj, fields.ttl_requires_true)
+        if shutdown is None:
+            parent = get_path(view.obj, fields.ttl_requires_true[:-1])
+            if not isinstance(parent, dict):
+                return False
+            parent[fields.ttl_requires_true[-1]] = True
+            changed = True
+        elif shutdown is not True:
+            return False
     return set_int_field(view.obj, fields.ttl, settings.ttl_seconds_after_finished,
-                         settings.max_ttl_seconds_after_finished)
+                         settings.max_ttl_seconds_after_finished) or changed
 
 
 POLICY = MutatingPolicy(
@@ -37,8 +48,9 @@ POLICY = MutatingPolicy(
     title="Delete finished jobs after a TTL",
     settings_model=Settings,
     run=mutate,
-    description="Sets ttlSecondsAfterFinished (Job, CronJob, Kubeflow runPolicy, JobSet, Volcano, RayJob "
-    "with shutdownAfterJobFinishes) where absent and caps values above the maximum.",
+    description="Sets ttlSecondsAfterFinished (Job, CronJob, Kubeflow runPolicy, JobSet, Volcano, RayJob, "
+    "RayCronJob) where absent and caps values above the maximum; on a RayJob also shutdownAfterJobFinishes: true "
+    "unless the user set it false.",
     rationale="Finished jobs that are never deleted keep their pods, claims and (for RayJob) whole clusters "
     "around, holding quota and sometimes GPUs.",
     example="""\

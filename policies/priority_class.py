@@ -5,7 +5,9 @@ Pod the apiserver's Priority plugin has already set ``spec.priority`` (from the 
 default) before the webhook runs, and it re-runs after a webhook mutates and refuses a
 Pod whose ``spec.priority`` disagrees with its class, so the stale value is dropped.  The
 same holds for ``spec.preemptionPolicy`` (seen against a real 1.33 apiserver: "the string
-value of PreemptionPolicy (PreemptLowerPriority) must not be provided in pod spec").
+value of PreemptionPolicy (PreemptLowerPriority) must not be provided in pod spec").  A pod
+*template* that carries them (``priority: 0`` copied from a live pod) is dropped too: every
+pod its controller creates would otherwise be refused by the same plugin.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from workloads.view import WorkloadView
 class Settings(PolicySettings):
     classes: dict[str, str] = Field(
         default_factory=lambda: {"inference": "inference-critical", "training": "training-standard",
+                                 "batch-inference": "training-standard", "smoke-test": "training-standard",
                                  "notebook": "notebook-dev"},
         description="Workload class -> PriorityClass name.")
     gpu_only: bool = Field(True, description="Only set it on workloads that request GPUs.")
@@ -35,10 +38,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
         if template.spec.get("priorityClassName"):
             continue
         template.spec["priorityClassName"] = name
+        template.spec.pop("priority", None)
+        template.spec.pop("preemptionPolicy", None)
         changed = True
-        if view.kind.is_pod:
-            template.spec.pop("priority", None)
-            template.spec.pop("preemptionPolicy", None)
     return changed
 
 
@@ -47,8 +49,8 @@ POLICY = MutatingPolicy(
     title="Priority class by workload class",
     settings_model=Settings,
     run=mutate,
-    description="Sets priorityClassName by workload class (inference > training > notebooks) where absent; "
-    "on a bare Pod also drops spec.priority and spec.preemptionPolicy so the apiserver recomputes them.",
+    description="Sets priorityClassName by workload class (inference > training > notebooks) where absent, "
+    "and drops spec.priority and spec.preemptionPolicy there (pod or template) so the apiserver recomputes them.",
     rationale="Without classes a notebook can hold the GPUs a production model server needs, and nothing "
     "tells the scheduler which pod to preempt.",
     example="""\

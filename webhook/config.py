@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from policies import REGISTRY, MutatingPolicy, PolicySettings, ValidatingPolicy
 from policies.base import ConfigModel
+from webhook import knative
 from webhook.admission import DEFAULT_MAX_BODY_BYTES
+from webhook.controllers import DEFAULT_TRUSTED_CONTROLLERS, TrustedControllers, parse_group_kind
 from webhook.custom.compile import CompiledRule, CustomPolicyError, CustomRules, compile_rules
 from webhook.custom.model import CustomPolicy
 from workloads.view import WORKLOAD_CLASSES
@@ -37,11 +39,15 @@ class ConfigError(Exception):
     """A config file gpuguard refuses; the message is ``file:line: reason``."""
 
 
+WorkloadClass = Literal["training", "inference", "batch-inference", "notebook", "smoke-test"]
+
+
 class WorkloadClasses(ConfigModel):
-    by_kind: dict[str, Literal["training", "inference", "notebook"]] = Field(
+    by_kind: dict[str, WorkloadClass] = Field(
         default_factory=dict, description="Kind -> workload class, overriding the built-in defaults.")
-    allow_label_override: bool = Field(False, description="Let the label gpuguard.io/workload-class choose the "
-                                       "class (off: users could claim the inference priority).")
+    allow_label_override: bool = Field(True, description="Let users declare the class with the label "
+                                       "gpuguard.io/workload-class; the workload-class policy keeps the "
+                                       "priority a declaration can reach within what the namespace allows.")
 
 
 class Exemptions(ConfigModel):
@@ -50,6 +56,32 @@ class Exemptions(ConfigModel):
     service_accounts: list[str] = Field(default_factory=list, description="namespace/name of requesting "
                                         "service accounts left untouched.")
     groups: list[str] = Field(default_factory=list, description="Requesting groups left untouched.")
+
+
+class ControllerEdge(ConfigModel):
+    owner: str = Field(description="GroupKind of the controlling owner, e.g. apps/ReplicaSet or Pod.")
+    kind: str = Field(description="GroupKind of the object the controller creates for it, e.g. Pod.")
+    mutate: bool = Field(False, description="Still mutate what it creates (only for controllers that compare "
+                         "nothing gpuguard adds, e.g. the Kubeflow Trainer's JobSets).")
+
+    @field_validator("owner", "kind")
+    @classmethod
+    def _group_kind(cls, value: str) -> str:
+        group, kind = parse_group_kind(value)
+        if not kind or not kind[0].isupper() or " " in value:
+            raise ValueError(f"{value!r} is not a GroupKind such as Pod, apps/ReplicaSet or batch/Job")
+        return value
+
+
+class TrustedController(ConfigModel):
+    users: list[str] = Field(default_factory=list, description="Usernames the controller sends requests as.")
+    service_accounts: list[str] = Field(default_factory=list, description="namespace/name of its service "
+                                        "accounts (the same as users system:serviceaccount:NS:NAME).")
+    creates: list[ControllerEdge] = Field(default_factory=list, description="Which kinds it creates for "
+                                          "which owner kinds.")
+
+    def usernames(self) -> list[str]:
+        return [*self.users, *("system:serviceaccount:" + sa.replace("/", ":", 1) for sa in self.service_accounts)]
 
 
 class ProfileMatch(ConfigModel):
@@ -81,6 +113,15 @@ class Cost(ConfigModel):
         "per GPU-hour; used when a workload pins a product.")
 
 
+class KServe(ConfigModel):
+    default_deployment_mode: Literal["Serverless", "Knative", "RawDeployment", "Standard"] = Field(
+        "Serverless", description="The cluster's KServe default deployment mode (inferenceservice-config); applies "
+        "to InferenceServices without the serving.kserve.io/deploymentMode annotation.")
+    knative_features: list[str] = Field(
+        default_factory=list, description="Knative config-features enabled on the cluster (e.g. "
+        "kubernetes.podspec-tolerations): gpuguard sets those pod fields on Knative-served templates.")
+
+
 class ConfigFile(ConfigModel):
     api_version: str = "gpuguard.io/v1alpha1"
     kind: Literal["GpuguardConfig"] = CONFIG_KIND
@@ -93,13 +134,28 @@ class ConfigFile(ConfigModel):
         description="Resource names (globs) that count as GPUs.")
     workload_classes: WorkloadClasses = Field(default_factory=WorkloadClasses)
     exemptions: Exemptions = Field(default_factory=Exemptions)
-    trust_controller_pods: bool = Field(True, description="Do not deny pods whose controller (Job, ReplicaSet "
-                                        "...) already passed validation; they are still mutated.")
+    trust_controller_pods: bool = Field(True, description="Do not validate again what a trusted controller "
+                                        "creates from a template gpuguard checked (it is never mutated).")
+    trusted_controllers: dict[str, TrustedController] = Field(
+        default_factory=dict, description="Controllers by name, merged over the built-in table "
+        "(webhook/controllers.py): an entry replaces the built-in one of the same name; users: [] disables it.")
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     profiles: list[Profile] = Field(default_factory=list)
     cost: Cost = Field(default_factory=Cost)
+    kserve: KServe = Field(default_factory=KServe)
     # Admins' own CEL rules (webhook/custom/, docs/custom-policies.md).
     custom_policies: list[CustomPolicy] = Field(default_factory=list)
+
+
+def compile_controllers(overrides: dict[str, TrustedController]) -> TrustedControllers:
+    """The built-in trusted controllers with the config's entries laid over them by name."""
+    entries = {name: TrustedController.model_validate(body) for name, body in DEFAULT_TRUSTED_CONTROLLERS.items()}
+    entries.update(overrides)
+    return TrustedControllers({
+        name: (entry.usernames(),
+               [(parse_group_kind(e.owner), parse_group_kind(e.kind), e.mutate) for e in entry.creates])
+        for name, entry in entries.items()
+    })
 
 
 @dataclass(frozen=True)
@@ -150,6 +206,9 @@ class Config:
             "system:serviceaccount:" + sa.replace("/", ":", 1) for sa in raw.exemptions.service_accounts)
         self._exempt_groups = frozenset(raw.exemptions.groups)
         self._exempt_namespaces = tuple(raw.exemptions.namespaces)
+        self.controllers = compile_controllers(raw.trusted_controllers)
+        self.knative_default = raw.kserve.default_deployment_mode in ("Serverless", "Knative")
+        self.knative_gated = knative.gated(frozenset(raw.kserve.knative_features))
         self.is_gpu_resource = lru_cache(maxsize=1024)(self._is_gpu_resource)
 
     def _is_gpu_resource(self, name: str) -> bool:

@@ -6,6 +6,7 @@ import it cheaply and render the same decision its own way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,10 @@ class RequestContext:
     # `evaluate` and `audit` do both (validation then sees the mutated object, as the apiserver does).
     mutate: bool = True
     validate: bool = True
+    # Reads another object a workload names (a TrainJob's runtime): (group, kind, namespace or None,
+    # name) -> the object, or None when unknown.  The server serves it from its cache, the audit from
+    # its input or the cluster; None here means nothing can be looked up.
+    lookup: Callable[[str, str, str | None, str], dict | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,9 @@ class Violation:
     message: str  # what is wrong and why it matters
     fix: str  # the one-line fix
     target: str = ""  # a readable name for what the path points at, e.g. the container name
+    # What the finding is about, stable across list reordering (``spec.containers[trainer]``): UPDATE
+    # matches findings of the stored object by (policy, subject).
+    subject: str = ""
 
     @property
     def text(self) -> str:

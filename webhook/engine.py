@@ -5,9 +5,13 @@ The webhook's /mutate and /validate, ``gpuguard evaluate`` and ``gpuguard audit`
 
 1. copy the object once (an orjson round trip: ~10x faster than ``copy.deepcopy``, and it
    normalises YAML-only types such as dates, so before and after compare as JSON);
-2. skip unknown kinds and exempt requests;
-3. run the mutating policies on the copy (CREATE only), then the validating policies on the
-   mutated copy, as the apiserver runs validating webhooks after mutating ones;
+2. skip unknown kinds and exempt requests; leave alone what a trusted controller made from a
+   template gpuguard already checked (``webhook.controllers``: decided by the requester's
+   identity and the owner kind together, never by content alone);
+3. run the mutating policies on the copy (CREATE and UPDATE; on UPDATE immutable fields keep the
+   stored value, ``webhook.update``), then the validating policies on the mutated copy, as the
+   apiserver runs validating webhooks after mutating ones (on UPDATE only findings the stored
+   object did not have can deny);
 4. diff before and after once into a JSON patch.
 
 Malformed objects never raise out of here: a policy that trips over one produces a
@@ -16,26 +20,29 @@ Decision with ``error`` set, and the config's ``failureMode`` decides whether it
 
 from __future__ import annotations
 
+import copy
 import logging
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from policies.base import Finding, MutatingPolicy, PolicySettings
+from webhook import knative
 from webhook.config import Config, PolicySet
+from webhook.controllers import ControllerOrigin
 from webhook.custom import evaluate as custom_rules
 from webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violation
 from webhook.patch import make_patch
+from webhook.update import keep_immutable, subject
 from workloads import kinds
-from workloads.paths import dicts, dotted
+from workloads.paths import dotted
 from workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view
 
 log = logging.getLogger("gpuguard.engine")
 
 MUTATED_BY_ANNOTATION = "gpuguard.io/mutated-by"
-# The Kubeflow notebook controller labels its pods and StatefulSet templates with this.
-NOTEBOOK_LABEL = "notebook-name"
-_CONTROLLER_KINDS = frozenset(k.kind for k in kinds.KINDS) | kinds.CONTROLLER_KINDS
+MUTATING_OPERATIONS = ("CREATE", "UPDATE")
 
 
 def _copy(raw: bytes) -> Any:
@@ -47,14 +54,6 @@ def _meta(obj: dict) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def _controller_owner(obj: dict) -> dict | None:
-    """The ownerReference with ``controller: true`` to a kind gpuguard checks, if any."""
-    for _, ref in dicts(_meta(obj).get("ownerReferences")):
-        if ref.get("controller") is True and ref.get("kind") in _CONTROLLER_KINDS:
-            return ref
-    return None
-
-
 class Engine:
     """Evaluates objects against one compiled config.  Stateless per request; safe to share."""
 
@@ -62,22 +61,26 @@ class Engine:
         self.config = config
 
     # ------------------------------------------------------------------ classification
-    def classify(self, obj: dict, kind: kinds.KindSpec, owner: dict | None) -> str:
+    def classify(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None = None) -> str:
+        """The workload class: the parent's for what a trusted controller made, else by kind.
+
+        Object content chooses the class only where the admin allowed the class label; an
+        ownerReference or a notebook label written by a user never does.
+        """
         settings = self.config.workload_classes
+        if origin is not None:
+            owner = kinds.lookup_group_kind(*origin.owner)
+            if owner is not None and owner.kind != "Pod":
+                return settings.by_kind.get(owner.kind, owner.default_class)
         if settings.allow_label_override:
-            label = _meta(obj).get("labels", {}) if isinstance(_meta(obj).get("labels"), dict) else {}
-            if label.get(WORKLOAD_CLASS_LABEL) in WORKLOAD_CLASSES:
-                return label[WORKLOAD_CLASS_LABEL]
-        if kind.kind in settings.by_kind:
-            return settings.by_kind[kind.kind]
-        labels = _meta(obj).get("labels")
-        if isinstance(labels, dict) and NOTEBOOK_LABEL in labels:
-            return "notebook"
-        if owner is not None:
-            owner_kind = kinds.lookup(owner.get("apiVersion"), owner.get("kind"))
-            if owner_kind is not None:
-                return settings.by_kind.get(owner_kind.kind, owner_kind.default_class)
-        return kind.default_class
+            labels = _meta(obj).get("labels")
+            if isinstance(labels, dict) and labels.get(WORKLOAD_CLASS_LABEL) in WORKLOAD_CLASSES:
+                return labels[WORKLOAD_CLASS_LABEL]
+        return self.kind_class(kind)
+
+    def kind_class(self, kind: kinds.KindSpec) -> str:
+        """The class a kind gets when nobody declares one: the admin's byKind, else the kind table's."""
+        return self.config.workload_classes.by_kind.get(kind.kind, kind.default_class)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, obj: Any, ctx: RequestContext | None = None, *, plain_json: bool = False) -> Decision:
@@ -95,7 +98,9 @@ class Engine:
             allowed=True,
             api_version=str(obj.get("apiVersion", "")) if isinstance(obj, dict) else "",
             kind=str(obj.get("kind", "")) if isinstance(obj, dict) else "",
-            namespace=meta.get("namespace") if isinstance(meta.get("namespace"), str) else ctx.namespace,
+            # request.namespace (the webhook) is what the apiserver stores the object under; the
+            # object's own field is all the audit has.
+            namespace=ctx.namespace or (meta.get("namespace") if isinstance(meta.get("namespace"), str) else None),
             name=meta.get("name") if isinstance(meta.get("name"), str) else meta.get("generateName"),
             original=obj,
             mutated=obj,
@@ -111,14 +116,30 @@ class Engine:
         if exempt:
             decision.skipped = exempt
             return decision
-        mutating = ctx.mutate and ctx.operation == "CREATE"
+        if kind.runtime is not None:
+            return self._evaluate_through_runtime(decision, kind, obj, ctx)
+        origin = self.config.controllers.origin(obj, ctx.username) if ctx.username else None
+        if origin is not None:
+            decision.workload_class = self.classify(obj, kind, origin)
+            if self.config.trust_controller_pods and origin.mutate:
+                ctx = replace(ctx, validate=False)  # mutated below, judged already in its parent
+            elif self.config.trust_controller_pods or not ctx.validate:
+                decision.skipped = origin.reason
+                return decision
+        # What a controller made is never mutated (it must equal its parent's template) unless its
+        # edge says the controller compares nothing gpuguard adds.  Nor is what a controller updates
+        # (the Deployment controller's revision annotation on a Deployment): a config change must
+        # not roll out every Deployment behind its owner's back.
+        mutating = ctx.mutate and ctx.operation in MUTATING_OPERATIONS and (
+            origin.mutate if origin is not None else not (
+                ctx.operation == "UPDATE" and self.config.controllers.is_controller(ctx.username)))
         try:
             if plain_json and not mutating:
                 # Validation only reads: the caller's plain-JSON object is both sides, no copy at all.
-                return self._evaluate(decision, kind, None, ctx, obj, obj, mutating)
+                return self._evaluate(decision, kind, None, ctx, obj, obj, mutating, origin)
             raw = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
             original = obj if plain_json else _copy(raw)
-            return self._evaluate(decision, kind, raw, ctx, original, _copy(raw), mutating)
+            return self._evaluate(decision, kind, raw, ctx, original, _copy(raw), mutating, origin)
         except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
             return self._fail(decision, f"the object could not be read: {exc}")
         except Exception as exc:  # a policy bug must not take the webhook down; failureMode decides
@@ -127,42 +148,88 @@ class Engine:
             log.debug("policy evaluation traceback", exc_info=True)
             return self._fail(decision, f"internal error while evaluating ({type(exc).__name__})")
 
+    def _evaluate_through_runtime(self, decision: Decision, kind: kinds.KindSpec, obj: dict,
+                                  ctx: RequestContext) -> Decision:
+        """A kind that names its pod templates elsewhere (a TrainJob and its runtime): judge what they make.
+
+        The object is not mutated (its templates are not in it; the JobSet its controller creates from
+        them is, see ``webhook.controllers``).  Validation resolves the runtime through ``ctx.lookup``,
+        builds the object the operator will create, runs every policy on it as on any workload, and
+        reports the findings on the named object, prefixed with where in the runtime they are.
+        """
+        assert kind.runtime is not None
+        if not ctx.validate:
+            decision.skipped = (f"{kind.kind}: judged by validation with its runtime; the JobSet its controller "
+                                "creates is mutated")
+            return decision
+        key = kinds.runtime_of(obj, kind.runtime, decision.namespace)
+        runtime = ctx.lookup(*key) if ctx.lookup and key else None
+        if runtime is None:
+            where = "it names no runtime" if key is None else f"{key[1]} {key[3]!r} not found"
+            decision.error = f"its runtime could not be read ({where}), so its pods could not be checked"
+            decision.allowed = self.config.failure_mode == "open"
+            return decision
+        made = kind.runtime.expand(obj, runtime)
+        inner = self.evaluate(made, replace(ctx, operation="CREATE", old_object=None, mutate=True, validate=True))
+        if inner.error or inner.skipped:
+            decision.error, decision.skipped = inner.error, inner.skipped
+            decision.allowed = inner.allowed
+            return decision
+        assert key is not None
+        prefix = f"runtime {key[1]} {key[3]}: "
+        decision.violations = [replace(v, path=prefix + v.path) for v in inner.violations]
+        decision.workload_class, decision.gpus = inner.workload_class, inner.gpus
+        decision.gpus_by_resource = inner.gpus_by_resource
+        if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
+            decision.violations = self._new_in_update(decision.violations, ctx)
+        decision.allowed = not decision.denials
+        return decision
+
     def _fail(self, decision: Decision, reason: str) -> Decision:
         decision.error = reason
         decision.allowed = self.config.failure_mode == "open"
         return decision
 
     def _evaluate(self, decision: Decision, kind: kinds.KindSpec, raw: bytes | None, ctx: RequestContext,
-                  original: dict, work: dict, mutating: bool) -> Decision:
+                  original: dict, work: dict, mutating: bool, origin: ControllerOrigin | None) -> Decision:
         """``work`` is the object policies see (a copy whenever ``mutating``); ``raw`` its JSON bytes."""
         decision.original = original
-        owner = _controller_owner(work)
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
-        view = build_view(work, kind, self.config.is_gpu_resource, lambda o, k: self.classify(o, k, owner))
-        view.owned_by_controller = owner is not None
-        decision.workload_class = view.workload_class
+        workload_class = self.classify(work, kind, origin)
+        view = build_view(work, kind, self.config.is_gpu_resource, workload_class, self.kind_class(kind))
+        decision.workload_class = workload_class
         decision.gpus = view.total_gpus
         decision.gpus_by_resource = view.gpus_by_resource()
 
         if mutating:
             assert raw is not None
+            served = self._knative_templates(view)
             for policy, settings in policy_set.mutating:
                 if settings.action == "enforce":
+                    before = [copy.deepcopy(t.spec) for t in served]
                     if policy.run(view, settings):
-                        decision.mutated_by.append(policy.id)
+                        taken_back = self._knative_take_back(policy.id, served, before)
+                        decision.violations.extend(taken_back)
+                        # A policy whose every change Knative would refuse changed nothing after all.
+                        if not taken_back or any(t.spec != b for t, b in zip(served, before, strict=True)):
+                            decision.mutated_by.append(policy.id)
                 else:
-                    decision.violations.extend(self._would_mutate(policy, settings, kind, raw, ctx, owner))
+                    decision.violations.extend(self._would_mutate(policy, settings, kind, raw, ctx, workload_class))
+            old = ctx.old_object
+            if decision.mutated_by and ctx.operation == "UPDATE" and isinstance(old, dict) and kind.immutable:
+                keep_immutable(kind, work, original, old, lambda: self._mutated_copy(old, kind, ctx, policy_set))
+                if work == original:
+                    decision.mutated_by = []
             if decision.mutated_by:
                 self._annotate(work, decision.mutated_by)
         decision.mutated = work
 
-        trusted = owner is not None and self.config.trust_controller_pods
-        if ctx.validate and ctx.operation in ("CREATE", "UPDATE") and not trusted:
+        if ctx.validate and ctx.operation in ("CREATE", "UPDATE"):
             decision.violations.extend(self._validate(view, policy_set))
             # Admins' CEL rules (webhook/custom/): they read the request too, so they get ctx.
             decision.violations.extend(custom_rules.evaluate(view, policy_set.custom, ctx, decision.namespace))
             if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
-                decision.violations = self._new_in_update(decision.violations, kind, ctx)
+                decision.violations = self._new_in_update(decision.violations, ctx)
 
         # Policies report their changes (and warn-mode ones work on scratch copies), so an
         # unchanged object needs no diff: the common case for controller-created pods.
@@ -171,12 +238,38 @@ class Engine:
         return decision
 
     # ------------------------------------------------------------------ mutation helpers
+    def _knative_templates(self, view: WorkloadView) -> list:
+        """Templates Knative will serve, when some pod fields are gated (``webhook.knative``)."""
+        if not self.config.knative_gated:
+            return []
+        return [t for t in view.templates
+                if t.ref.knative is True or (t.ref.knative is None and self.config.knative_default)]
+
+    def _knative_take_back(self, policy_id: str, served: list, before: list[dict]) -> list[Violation]:
+        out = []
+        for template, spec_before in zip(served, before, strict=True):
+            snap = knative.snapshot(spec_before, self.config.knative_gated)
+            restored = knative.take_back(template.spec, snap, self.config.knative_gated)
+            if restored:
+                text, fix = knative.message(template.spec_path, restored)
+                out.append(Violation(policy_id, "warn", dotted(template.spec_path), text, fix,
+                                     subject=dotted(template.spec_path)))
+        return out
+
+    def _mutated_copy(self, obj: dict, kind: kinds.KindSpec, ctx: RequestContext, policy_set: PolicySet) -> dict:
+        """A copy of ``obj`` after the enforcing mutating policies: what gpuguard makes of it."""
+        scratch = _copy(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
+        view = build_view(scratch, kind, self.config.is_gpu_resource, self.classify(scratch, kind))
+        for policy, settings in policy_set.mutating:
+            if settings.action == "enforce":
+                policy.run(view, settings)
+        return scratch
+
     def _would_mutate(self, policy: MutatingPolicy, settings: PolicySettings, kind: kinds.KindSpec, raw: bytes,
-                      ctx: RequestContext, owner: dict | None) -> list[Violation]:
+                      ctx: RequestContext, workload_class: str) -> list[Violation]:
         """A mutating policy in warn/audit mode: run it on a scratch copy and report what it would change."""
         scratch, before = _copy(raw), _copy(raw)
-        view = build_view(scratch, kind, self.config.is_gpu_resource, lambda o, k: self.classify(o, k, owner))
-        view.owned_by_controller = owner is not None
+        view = build_view(scratch, kind, self.config.is_gpu_resource, workload_class)
         policy.run(view, settings)
         ops = make_patch(before, scratch)
         if not ops:
@@ -184,7 +277,8 @@ class Engine:
         paths = sorted({op["path"] for op in ops})
         shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
         return [Violation(policy.id, ACTION_TO_VERDICT[settings.action], "metadata",
-                          f"would change {shown}", f"apply the change yourself, or set {policy.id} to enforce")]
+                          f"would change {shown}", f"apply the change yourself, or set {policy.id} to enforce",
+                          subject="metadata")]
 
     @staticmethod
     def _annotate(work: dict, mutated_by: list[str]) -> None:
@@ -212,15 +306,19 @@ class Engine:
             finding: Finding
             for finding in policy.run(view, settings):
                 out.append(Violation(policy.id, "warn" if finding.advisory and verdict == "deny" else verdict,
-                                     dotted(finding.path), finding.message, finding.fix, finding.target))
+                                     dotted(finding.path), finding.message, finding.fix, finding.target,
+                                     subject(view.obj, finding.path)))
         return out
 
-    def _new_in_update(self, violations: list[Violation], kind: kinds.KindSpec,
-                       ctx: RequestContext) -> list[Violation]:
-        """On UPDATE only what the update changes can be denied: drop findings the old object had too."""
+    def _new_in_update(self, violations: list[Violation], ctx: RequestContext) -> list[Violation]:
+        """On UPDATE only what the update changes can be denied: drop findings the stored object had.
+
+        Matched by policy and subject (the field path with item names for list indices), never by
+        list position or message wording: see ``webhook.update``.
+        """
         old_ctx = RequestContext(operation="CREATE", namespace=ctx.namespace,
                                  namespace_labels=ctx.namespace_labels, username=ctx.username, groups=ctx.groups,
                                  mutate=False, validate=True)
         old = self.evaluate(ctx.old_object, old_ctx)
-        seen = {(v.policy, v.path, v.message) for v in old.violations}
-        return [v for v in violations if (v.policy, v.path, v.message) not in seen]
+        seen = {(v.policy, v.subject) for v in old.violations}
+        return [v for v in violations if (v.policy, v.subject) not in seen]

@@ -28,7 +28,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from webhook import admission, logs, metrics, reload
+from webhook import admission, logs, lookup, metrics, reload, scale
 from webhook.admission import DEFAULT_MAX_BODY_BYTES, AdmissionRequest, ReviewError
 from webhook.decision import Decision, RequestContext
 
@@ -102,6 +102,8 @@ class Runtime:
         self.active = active
         self.tls: reload.TlsState | None = None
         self.namespaces: NamespaceLabels | None = None
+        self.workloads = scale.WorkloadReader(settings.kubeconfig)
+        self.objects = lookup.ApiLookup(settings.kubeconfig)  # TrainJob runtimes, read before the engine
 
     async def namespace_labels(self, req: AdmissionRequest) -> dict[str, str]:
         if self.namespaces is None or not _profiles_use_labels(self.active.config):
@@ -226,7 +228,8 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _context(req: AdmissionRequest, endpoint: str, labels: dict[str, str]) -> RequestContext:
+def _context(req: AdmissionRequest, endpoint: str, labels: dict[str, str],
+             objects: lookup.ApiLookup | None = None) -> RequestContext:
     return RequestContext(
         operation=req.operation,
         namespace=req.namespace,
@@ -236,6 +239,7 @@ def _context(req: AdmissionRequest, endpoint: str, labels: dict[str, str]) -> Re
         old_object=req.old_object if req.operation == "UPDATE" and isinstance(req.old_object, dict) else None,
         mutate=endpoint == "mutate",
         validate=endpoint == "validate",
+        lookup=objects.cached if objects is not None else None,
     )
 
 
@@ -253,11 +257,19 @@ def _skip_reason(endpoint: str, req: AdmissionRequest) -> str | None:
     """Why the engine need not look at this request (it is allowed at once), or ``None``."""
     if req.operation not in ("CREATE", "UPDATE"):
         return f"operation {req.operation}"
+    if req.sub_resource == "scale" and endpoint == "validate" and scale.scalable_kind(req) is not None:
+        return None
     if req.sub_resource:
         return f"subresource {req.sub_resource}"
-    if endpoint == "mutate" and req.operation != "CREATE":
-        return "mutate runs on CREATE only"
     return None
+
+
+async def _as_workload_update(runtime: Runtime, req: AdmissionRequest) -> AdmissionRequest:
+    """A ``scale`` review becomes an UPDATE of the workload it scales (see ``webhook.scale``)."""
+    kind = scale.scalable_kind(req)
+    assert kind is not None
+    parent = await asyncio.to_thread(runtime.workloads.read, req)
+    return scale.as_workload_update(req, kind, parent)
 
 
 def answer(runtime: Runtime, endpoint: str, req: AdmissionRequest,
@@ -268,7 +280,7 @@ def answer(runtime: Runtime, endpoint: str, req: AdmissionRequest,
         return admission.allow(req.uid), Outcome("allowed", skipped=skip)
     try:
         # The object comes straight from orjson and is never modified: no defensive copy needed.
-        ctx = _context(req, endpoint, labels or {})
+        ctx = _context(req, endpoint, labels or {}, runtime.objects)
         decision: Decision = runtime.active.engine.evaluate(req.object, ctx, plain_json=True)
     except Exception as exc:
         logs.server_logger().error("engine raised; answering per failureMode",
@@ -305,8 +317,20 @@ async def handle_review(request: Request, endpoint: str) -> Response:
         logs.server_logger().warning("bad admission request", extra={
             "endpoint": endpoint, "status": exc.status, "reason": exc.reason})
         return _json(exc.status, {"error": exc.reason})
-    labels = await runtime.namespace_labels(req) if _skip_reason(endpoint, req) is None else {}
-    review, outcome = answer(runtime, endpoint, req, labels)
+    skip = _skip_reason(endpoint, req)
+    labels = await runtime.namespace_labels(req) if skip is None else {}
+    if skip is None and endpoint == "validate":
+        # A TrainJob is judged with its runtime: read it (cached) before the engine, off the event loop.
+        for obj in (req.object, req.old_object):
+            key = lookup.runtime_key(obj, req.namespace)
+            if key is not None:
+                await asyncio.to_thread(runtime.objects.fetch, key)
+    try:
+        judged = await _as_workload_update(runtime, req) if skip is None and req.sub_resource == "scale" else req
+    except scale.ScaleError as exc:
+        review, outcome = _failure(runtime, req, str(exc))
+    else:
+        review, outcome = answer(runtime, endpoint, judged, labels)
     body = orjson.dumps(review)
     elapsed = time.perf_counter() - started
     metrics.DURATION.labels(endpoint=endpoint).observe(elapsed)

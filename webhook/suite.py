@@ -35,12 +35,14 @@ from pydantic.alias_generators import to_camel
 from webhook.config import Config, ConfigError, PolicySet, load_config
 from webhook.decision import Decision, RequestContext, Violation
 from webhook.engine import Engine
+from webhook.lookup import StaticLookup
 from webhook.patch import make_patch
 
 INPUT = "input.yaml"
 EXPECT = "expect.yaml"
 MUTATED = "mutated.yaml"
 OLD = "old.yaml"
+OBJECTS = "objects.yaml"  # other objects the input names (a TrainJob's runtime), several documents
 CONFIG = "config.yaml"
 SUITE = "suite.yaml"
 
@@ -260,8 +262,19 @@ def _engine(path: str | None, only: tuple[str, ...] | None) -> Engine | str:
 
 # ---------------------------------------------------------------- running a case
 
-def _context(request: Request, old: Any) -> RequestContext:
-    return RequestContext(operation=request.operation or "CREATE",
+def _objects(case: Case) -> StaticLookup | None:
+    """The case's ``objects.yaml``: what its input may name and the engine may look up."""
+    path = case.path / OBJECTS
+    if not path.is_file():
+        return None
+    try:
+        return StaticLookup(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise _CaseFileError(f"{OBJECTS}: {exc}") from None
+
+
+def _context(request: Request, old: Any, objects: StaticLookup | None = None) -> RequestContext:
+    return RequestContext(operation=request.operation or "CREATE", lookup=objects,
                           namespace=request.namespace if request.namespace is not None else "default",
                           namespace_labels=dict(request.namespace_labels or {}),
                           username=request.username if request.username is not None else "alice",
@@ -312,7 +325,7 @@ def _check(case: Case, result: CaseResult) -> None:
     if isinstance(engine, str):
         raise _CaseFileError(engine)
 
-    ctx = _context(request, old)
+    ctx = _context(request, old, _objects(case))
     decision = engine.evaluate(obj, ctx)
     result.decision = decision
     mismatches = result.mismatches

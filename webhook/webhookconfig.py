@@ -39,18 +39,21 @@ class WebhookConfigError(ValueError):
     """Invalid generator input, reported to the user as one line."""
 
 
-def build_rules(operations: list[str]) -> list[dict[str, Any]]:
+def build_rules(operations: list[str], scale: bool = False) -> list[dict[str, Any]]:
     """One rule per (API group, versions) from ``KINDS``, resources being those kinds' plurals.
 
     Kinds sharing a group but not versions (``MPIJob`` v2beta1/v1 next to ``PyTorchJob`` v1)
     get separate rules: a rule is a cross product of groups x versions x resources, so merging
-    them would intercept versions that don't exist.  Pods are always included.
+    them would intercept versions that don't exist.  Pods are always included.  ``scale`` adds
+    the ``scale`` subresource of every kind that has one (``KindSpec.scale_replicas``), so that
+    ``kubectl scale`` is held to the same per-workload caps as an edit of ``spec.replicas``.
     """
     grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for spec in KINDS:
         plurals = grouped.setdefault((spec.group, spec.versions), [])
-        if spec.plural not in plurals:
-            plurals.append(spec.plural)
+        for resource in (spec.plural, *([f"{spec.plural}/scale"] if scale and spec.scale_replicas else [])):
+            if resource not in plurals:
+                plurals.append(resource)
     if not any(group == "" and "pods" in plurals for (group, _v), plurals in grouped.items()):
         grouped.setdefault(("", ("v1",)), []).insert(0, "pods")
     return [
@@ -133,12 +136,12 @@ def build_webhook_configurations(
     }
     labels = {"app.kubernetes.io/name": "gpuguard", "app.kubernetes.io/component": "webhook"}
 
-    def webhook(hook_name: str, path: str, operations: list[str]) -> dict[str, Any]:
+    def webhook(hook_name: str, path: str, operations: list[str], scale: bool) -> dict[str, Any]:
         return {
             "name": hook_name,
             "admissionReviewVersions": ["v1"],
             "clientConfig": _client_config(path, url, service, port, ca_bundle),
-            "rules": build_rules(operations),
+            "rules": build_rules(operations, scale),
             "failurePolicy": failure_policy,
             "matchPolicy": "Equivalent",
             "namespaceSelector": namespace_selector,
@@ -146,11 +149,13 @@ def build_webhook_configurations(
             "timeoutSeconds": timeout_seconds,
         }
 
-    mutating = webhook(MUTATE_WEBHOOK_NAME, MUTATE_PATH, ["CREATE"])
+    # Mutation runs on UPDATE too: a re-apply or replace must get gpuguard's changes back, not strip
+    # them (the engine keeps immutable fields as stored, and leaves controllers' objects alone).
+    mutating = webhook(MUTATE_WEBHOOK_NAME, MUTATE_PATH, ["CREATE", "UPDATE"], scale=False)
     # Mutations are idempotent, so being called again after a later webhook changed the pod is safe
     # and lets gpuguard see (and fix) what that webhook added.
     mutating["reinvocationPolicy"] = "IfNeeded"
-    validating = webhook(VALIDATE_WEBHOOK_NAME, VALIDATE_PATH, ["CREATE", "UPDATE"])
+    validating = webhook(VALIDATE_WEBHOOK_NAME, VALIDATE_PATH, ["CREATE", "UPDATE"], scale=True)
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",

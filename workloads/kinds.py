@@ -18,11 +18,12 @@ nothing may dispatch on the name alone.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from workloads.paths import Path, get_path
+from workloads.paths import Path, dicts, get_path
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,12 @@ class TemplateRef:
     role: str
     spec_path: Path
     meta_path: Path | None
-    replicas: int
+    replicas: int  # the most pods it can make at once (autoscaling maximums included)
+    # Keys of the PodSpec that hold one container each (KServe's ``predictor.model``, ``pytorch`` …).
+    container_keys: tuple[str, ...] = ()
+    # Served through Knative (True), not (False), or by the cluster's default mode (None): Knative
+    # refuses pod fields whose feature flag is off (tolerations, affinity, priorityClassName …).
+    knative: bool | None = False
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,8 @@ class JobFields:
     ttl: Path | None = None
     deadline: Path | None = None
     backoff: Path | None = None
-    # RayJob: ttlSecondsAfterFinished only works with shutdownAfterJobFinishes: true.
+    # RayJob: ttlSecondsAfterFinished only works with shutdownAfterJobFinishes: true, which is off by
+    # default (the RayCluster outlives the job).  job-ttl sets it true unless the user set it false.
     ttl_requires_true: Path | None = None
     # The apiserver defaults Job.spec.backoffLimit to 6 before admission webhooks run, so a
     # webhook can't tell "unset" from "6": that value counts as unset.
@@ -67,6 +74,9 @@ class Gang:
 
     operator_policy: Path | None = None
     own_scheduler: Path | None = None
+    # Where the kind says how many pods must start together (Volcano Job ``spec.minAvailable``;
+    # default, when unset or 0: all of them).  Kubeflow's is ``minAvailable`` in ``operator_policy``.
+    min_available: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,32 @@ class ClaimSource:
 
 
 @dataclass(frozen=True)
+class Runtime:
+    """A kind whose pod templates live in another object it names (a Kubeflow Trainer TrainJob and its
+    TrainingRuntime / ClusterTrainingRuntime).  ``expand(object, runtime)`` builds the object that does
+    hold them (the JobSet the operator will create), which gpuguard judges in the named object's stead.
+    """
+
+    ref: Path  # where the object names its runtime ({name, kind, apiGroup})
+    group: str
+    default_kind: str
+    namespaced_kinds: tuple[str, ...]
+    expand: Any = field(repr=False)  # Callable[[dict, dict], dict]
+    # (kind, version, plural) of each runtime kind, for reading it from the API.
+    resources: tuple[tuple[str, str, str], ...] = ()
+
+
+def runtime_of(obj: dict, runtime: Runtime, namespace: str | None) -> tuple[str, str, str | None, str] | None:
+    """(group, kind, namespace or None, name) of the runtime ``obj`` names, or ``None`` when it names none."""
+    ref = get_path(obj, runtime.ref)
+    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
+        return None
+    kind = ref.get("kind") if isinstance(ref.get("kind"), str) else runtime.default_kind
+    group = ref.get("apiGroup") if isinstance(ref.get("apiGroup"), str) else runtime.group
+    return group, kind, namespace if kind in runtime.namespaced_kinds else None, ref["name"]
+
+
+@dataclass(frozen=True)
 class KindSpec:
     group: str
     kind: str
@@ -96,6 +132,13 @@ class KindSpec:
     gang: Gang | None = None  # None: not a distributed job (never gang-checked)
     priority_class_paths: tuple[Path, ...] = ()  # priority classes set outside the pod templates
     claims: ClaimSource | None = None
+    # Fields the apiserver (or the kind's own operator webhook) refuses to change on UPDATE.  On an
+    # UPDATE gpuguard leaves each as the stored object has it (see ``webhook.update``).
+    immutable: tuple[Path, ...] = ()
+    # Where the ``scale`` subresource's ``spec.replicas`` lands in the object, for kinds that have
+    # one: scaling is validated like an UPDATE of that field (GPU totals hold).
+    scale_replicas: Path | None = None
+    runtime: Runtime | None = None
 
     @property
     def is_pod(self) -> bool:
@@ -195,6 +238,7 @@ def _volcano(obj: dict) -> Iterator[TemplateRef]:
 
 def _ray_groups(prefix: Path):
     def locate(obj: dict) -> Iterator[TemplateRef]:
+        autoscaling = get_path(obj, prefix + ("enableInTreeAutoscaling",)) is True
         head = prefix + ("headGroupSpec", "template")
         if isinstance(get_path(obj, head), dict):
             yield TemplateRef("head", head + ("spec",), head + ("metadata",), 1)
@@ -205,17 +249,27 @@ def _ray_groups(prefix: Path):
                     continue
                 base = prefix + ("workerGroupSpecs", i, "template")
                 replicas = max(_int(group.get("replicas")), _int(group.get("minReplicas"), 0))
+                if autoscaling:  # the autoscaler may grow the group to maxReplicas
+                    replicas = max(replicas, _int(group.get("maxReplicas"), 0))
                 yield TemplateRef(str(group.get("groupName", f"worker-{i}")), base + ("spec",), base + ("metadata",),
                                   replicas * _int(group.get("numOfHosts")))
 
     return locate
 
 
-def _rayjob(obj: dict) -> Iterator[TemplateRef]:
-    yield from _ray_groups(("spec", "rayClusterSpec"))(obj)
-    sub = ("spec", "submitterPodTemplate")
-    if isinstance(get_path(obj, sub), dict):
-        yield TemplateRef("submitter", sub + ("spec",), sub + ("metadata",), 1)
+def _rayjob_at(prefix: Path):
+    """A RayJob spec at ``prefix``: its RayCluster's groups and the submitter pod."""
+
+    def locate(obj: dict) -> Iterator[TemplateRef]:
+        yield from _ray_groups(prefix + ("rayClusterSpec",))(obj)
+        sub = prefix + ("submitterPodTemplate",)
+        if isinstance(get_path(obj, sub), dict):
+            yield TemplateRef("submitter", sub + ("spec",), sub + ("metadata",), 1)
+
+    return locate
+
+
+_rayjob = _rayjob_at(("spec",))
 
 
 def _lws(obj: dict) -> Iterator[TemplateRef]:
@@ -230,15 +284,125 @@ def _lws(obj: dict) -> Iterator[TemplateRef]:
     yield TemplateRef("worker", base + ("workerTemplate", "spec"), base + ("workerTemplate", "metadata"), workers)
 
 
+# KServe components inline a PodSpec, plus one container under each framework key (its
+# predictor.model form, the framework forms, the explainers): each is a full container.
+_KSERVE_CONTAINER_KEYS = {
+    "predictor": ("model", "sklearn", "xgboost", "tensorflow", "pytorch", "triton", "onnx", "huggingface", "pmml",
+                  "lightgbm", "paddle"),
+    "transformer": (),
+    "explainer": ("art", "alibi", "aix"),
+}
+KSERVE_MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
+
+
+def _kserve_knative(obj: dict) -> bool | None:
+    """Knative-served (Serverless/Knative), not (RawDeployment/Standard/ModelMesh), or the cluster default."""
+    mode = get_path(obj, ("metadata", "annotations", KSERVE_MODE_ANNOTATION))
+    if mode in ("Serverless", "Knative"):
+        return True
+    if mode in ("RawDeployment", "Standard", "ModelMesh"):
+        return False
+    return None
+
+
 def _kserve(obj: dict) -> Iterator[TemplateRef]:
-    for component in ("predictor", "transformer", "explainer"):
+    knative = _kserve_knative(obj)
+    for component, keys in _KSERVE_CONTAINER_KEYS.items():
         comp = get_path(obj, ("spec", component))
         if not isinstance(comp, dict):
             continue
-        replicas = max(_int(comp.get("minReplicas")), 1)
-        yield TemplateRef(component, ("spec", component), None, replicas)
-        if isinstance(comp.get("workerSpec"), dict):
-            yield TemplateRef(f"{component}-worker", ("spec", component, "workerSpec"), None, replicas)
+        # minReplicas defaults to 1; maxReplicas (0 = unset) is how far the autoscaler may go.
+        replicas = max(_int(comp.get("minReplicas")), 1, _int(comp.get("maxReplicas"), 0))
+        yield TemplateRef(component, ("spec", component), None, replicas, keys, knative)
+        worker = comp.get("workerSpec")
+        if isinstance(worker, dict):
+            # Multi-node serving: one head pod plus a worker Deployment of (nodes - 1) pods, nodes being
+            # the pipeline-parallel size in the usual one-node-per-stage layout (raw deployment only).
+            nodes = _int(worker.get("pipelineParallelSize"))
+            yield TemplateRef(f"{component}-worker", ("spec", component, "workerSpec"), None, max(nodes - 1, 1),
+                              knative=False)
+
+
+def _llm_inference(obj: dict) -> Iterator[TemplateRef]:
+    """LLMInferenceService: the main (decode) workload at ``spec`` and an optional ``spec.prefill``, each
+    with a ``template`` PodSpec and, multi-node, a ``worker`` PodSpec (served by LeaderWorkerSets)."""
+    for role, prefix in (("main", ("spec",)), ("prefill", ("spec", "prefill"))):
+        workload = get_path(obj, prefix)
+        if not isinstance(workload, dict):
+            continue
+        scaling = workload.get("scaling") if isinstance(workload.get("scaling"), dict) else {}
+        replicas = _int(workload.get("replicas")) if "replicas" in workload else max(
+            _int(scaling.get("minReplicas")), _int(scaling.get("maxReplicas"), 0))
+        if isinstance(workload.get("template"), dict):
+            yield TemplateRef(role, prefix + ("template",), None, replicas)
+        if isinstance(workload.get("worker"), dict):
+            parallelism = workload.get("parallelism") if isinstance(workload.get("parallelism"), dict) else {}
+            nodes = _int(parallelism.get("pipeline"))
+            yield TemplateRef(f"{role}-worker", prefix + ("worker",), None, replicas * max(nodes - 1, 1))
+
+
+TRAINER_STEP_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+
+
+def _trainer_rjobs(jobs: list) -> list[dict]:
+    """The replicated jobs that run the trainer: labelled so by the runtime, else named ``node``."""
+    labelled = [j for j in jobs if get_path(j, ("template", "metadata", "labels", TRAINER_STEP_LABEL)) == "trainer"]
+    return labelled or [j for j in jobs if j.get("name") in ("node", "trainer-node")]
+
+
+def expand_trainjob(trainjob: dict, runtime: dict) -> dict:
+    """The JobSet the Kubeflow Trainer builds from a TrainJob and its runtime (the parts gpuguard judges).
+
+    As the Trainer does: the trainer replicated job runs ``numNodes`` pods (Job parallelism and
+    completions, one replica); ``trainer.image``, ``command``, ``args``, ``env`` and ``resourcesPerNode``
+    go into every container named ``node`` (and ``launcher`` when MPI runs the launcher as a node); the
+    runtime's ``podGroupPolicy`` gangs the pods (coscheduling label / Volcano group annotation); the
+    TrainJob's labels (a Kueue queue) go on the JobSet.
+    """
+    spec = get_path(runtime, ("spec",)) or {}
+    jobset_spec = copy.deepcopy(get_path(spec, ("template", "spec")) or {})
+    trainer = get_path(trainjob, ("spec", "trainer")) or {}
+    trainer = trainer if isinstance(trainer, dict) else {}
+    nodes = _int(trainer.get("numNodes"), 0) or _int(get_path(spec, ("mlPolicy", "numNodes")))
+    node_names = {"node"} | ({"launcher"} if get_path(spec, ("mlPolicy", "mpi", "runLauncherAsNode")) else set())
+    group_label = None
+    if isinstance(get_path(spec, ("podGroupPolicy", "coscheduling")), dict):
+        group_label = ("labels", "scheduling.x-k8s.io/pod-group")
+    elif isinstance(get_path(spec, ("podGroupPolicy", "volcano")), dict):
+        group_label = ("annotations", "scheduling.k8s.io/group-name")
+    jobs = [j for j in (jobset_spec.get("replicatedJobs") or []) if isinstance(j, dict)]
+    for rjob in _trainer_rjobs(jobs):
+        rjob["replicas"] = 1
+        job_spec = rjob.setdefault("template", {}).setdefault("spec", {})
+        job_spec["parallelism"] = job_spec["completions"] = nodes
+    for rjob in jobs:
+        pod = get_path(rjob, ("template", "spec", "template"))
+        if not isinstance(pod, dict):
+            continue
+        if group_label:
+            pod.setdefault("metadata", {}).setdefault(group_label[0], {})[group_label[1]] = \
+                get_path(trainjob, ("metadata", "name")) or "trainjob"
+        for _, container in dicts(get_path(pod, ("spec", "containers"))):
+            if container.get("name") not in node_names:
+                continue
+            for key in ("image", "command", "args"):
+                if trainer.get(key) is not None:
+                    container[key] = copy.deepcopy(trainer[key])
+            if isinstance(trainer.get("resourcesPerNode"), dict):
+                container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
+            if isinstance(trainer.get("env"), list):
+                env = {e.get("name"): e for e in container.get("env") or [] if isinstance(e, dict)}
+                env.update({e.get("name"): e for e in trainer["env"] if isinstance(e, dict)})
+                container["env"] = list(env.values())
+    meta = trainjob.get("metadata") if isinstance(trainjob.get("metadata"), dict) else {}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {k: copy.deepcopy(meta[k]) for k in ("name", "namespace", "labels") if k in meta},
+            "spec": jobset_spec}
+
+
+def _no_templates(obj: dict) -> Iterator[TemplateRef]:
+    """The object names its pod templates elsewhere (``KindSpec.runtime``)."""
+    return iter(())
 
 
 _RUN_POLICY = JobFields(ttl=("spec", "runPolicy", "ttlSecondsAfterFinished"),
@@ -252,26 +416,33 @@ def _kubeflow(kind: str, plural: str, replica_specs: str, versions: tuple[str, .
     """A Kubeflow training-operator job: roles under ``<x>ReplicaSpecs``, limits, gang scheduling and
     priority under ``runPolicy`` (``schedulingPolicy`` makes the operator create a PodGroup)."""
     return KindSpec("kubeflow.org", kind, plural, versions, "training", _replica_map(replica_specs), _RUN_POLICY,
-                    gang=Gang(operator_policy=("spec", "runPolicy", "schedulingPolicy")),
+                    gang=Gang(operator_policy=("spec", "runPolicy", "schedulingPolicy"),
+                              min_available=("spec", "runPolicy", "schedulingPolicy", "minAvailable")),
                     priority_class_paths=(("spec", "runPolicy", "schedulingPolicy", "priorityClass"),))
 
 
 KINDS: tuple[KindSpec, ...] = (
     KindSpec("", "Pod", "pods", ("v1",), "training", _pod,
-             JobFields(deadline=("spec", "activeDeadlineSeconds"))),
+             JobFields(deadline=("spec", "activeDeadlineSeconds")), immutable=(("spec",),)),
     KindSpec("batch", "Job", "jobs", ("v1",), "training", _job,
              JobFields(ttl=("spec", "ttlSecondsAfterFinished"), deadline=("spec", "activeDeadlineSeconds"),
-                       backoff=("spec", "backoffLimit"), backoff_api_default=6), gang=_GANG),
+                       backoff=("spec", "backoffLimit"), backoff_api_default=6), gang=_GANG,
+             immutable=(("spec", "template"),)),
     KindSpec("batch", "CronJob", "cronjobs", ("v1",), "training", _cronjob,
              JobFields(ttl=("spec", "jobTemplate", "spec", "ttlSecondsAfterFinished"),
                        deadline=("spec", "jobTemplate", "spec", "activeDeadlineSeconds"),
-                       backoff=("spec", "jobTemplate", "spec", "backoffLimit"), backoff_api_default=6),
+                       # Unlike a Job's, a CronJob's job template is not defaulted before admission: an
+                       # explicit backoffLimit: 6 is the user's.
+                       backoff=("spec", "jobTemplate", "spec", "backoffLimit")),
              gang=_GANG),
-    KindSpec("apps", "Deployment", "deployments", ("v1",), "inference", _template(("spec",), ("spec", "replicas"))),
+    KindSpec("apps", "Deployment", "deployments", ("v1",), "inference", _template(("spec",), ("spec", "replicas")),
+             scale_replicas=("spec", "replicas")),
     KindSpec("apps", "StatefulSet", "statefulsets", ("v1",), "inference",
              _template(("spec",), ("spec", "replicas")),
-             claims=ClaimSource(("spec", "volumeClaimTemplates"), "claim-templates")),
-    KindSpec("apps", "ReplicaSet", "replicasets", ("v1",), "inference", _template(("spec",), ("spec", "replicas"))),
+             claims=ClaimSource(("spec", "volumeClaimTemplates"), "claim-templates"),
+             scale_replicas=("spec", "replicas")),
+    KindSpec("apps", "ReplicaSet", "replicasets", ("v1",), "inference", _template(("spec",), ("spec", "replicas")),
+             scale_replicas=("spec", "replicas")),
     KindSpec("apps", "DaemonSet", "daemonsets", ("v1",), "inference", _template(("spec",))),
     _kubeflow("PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs"),
     _kubeflow("TFJob", "tfjobs", "tfReplicaSpecs"),
@@ -280,24 +451,40 @@ KINDS: tuple[KindSpec, ...] = (
     _kubeflow("PaddleJob", "paddlejobs", "paddleReplicaSpecs"),
     _kubeflow("JAXJob", "jaxjobs", "jaxReplicaSpecs"),
     KindSpec("kubeflow.org", "Notebook", "notebooks", ("v1", "v1beta1"), "notebook", _template(("spec",))),
+    # JobSet's own webhook refuses changes to replicatedJobs; Volcano's allows only task replicas.
     KindSpec("jobset.x-k8s.io", "JobSet", "jobsets", ("v1alpha2",), "training", _jobset,
              JobFields(ttl=("spec", "ttlSecondsAfterFinished")), gang=_GANG,
-             claims=ClaimSource(("spec", "volumeClaimPolicies"), "claim-policies")),
+             claims=ClaimSource(("spec", "volumeClaimPolicies"), "claim-policies"),
+             immutable=(("spec", "replicatedJobs"),)),
     KindSpec("batch.volcano.sh", "Job", "jobs", ("v1alpha1",), "training", _volcano,
              JobFields(ttl=("spec", "ttlSecondsAfterFinished"), backoff=("spec", "maxRetry")),
-             gang=Gang(own_scheduler=("spec", "schedulerName")), priority_class_paths=(("spec", "priorityClassName"),),
-             claims=ClaimSource(("spec", "volumes"), "volcano-volumes")),
+             gang=Gang(own_scheduler=("spec", "schedulerName"), min_available=("spec", "minAvailable")),
+             priority_class_paths=(("spec", "priorityClassName"),),
+             claims=ClaimSource(("spec", "volumes"), "volcano-volumes"), immutable=(("spec", "tasks"),)),
     KindSpec("ray.io", "RayJob", "rayjobs", ("v1",), "training", _rayjob,
              JobFields(ttl=("spec", "ttlSecondsAfterFinished"), deadline=("spec", "activeDeadlineSeconds"),
                        ttl_requires_true=("spec", "shutdownAfterJobFinishes"))),
     KindSpec("ray.io", "RayCluster", "rayclusters", ("v1",), "inference", _ray_groups(("spec",))),
-    KindSpec("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", ("v1",), "inference", _lws),
+    KindSpec("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", ("v1",), "inference", _lws,
+             scale_replicas=("spec", "replicas")),
     KindSpec("serving.kserve.io", "InferenceService", "inferenceservices", ("v1beta1",), "inference", _kserve),
+    # Kubeflow Trainer v2: judged at kubectl apply as the JobSet its runtime and trainer make.
+    KindSpec("trainer.kubeflow.org", "TrainJob", "trainjobs", ("v1alpha1",), "training", _no_templates,
+             runtime=Runtime(("spec", "runtimeRef"), "trainer.kubeflow.org", "ClusterTrainingRuntime",
+                             ("TrainingRuntime",), expand_trainjob,
+                             (("TrainingRuntime", "v1alpha1", "trainingruntimes"),
+                              ("ClusterTrainingRuntime", "v1alpha1", "clustertrainingruntimes")))),
+    KindSpec("serving.kserve.io", "LLMInferenceService", "llminferenceservices", ("v1alpha1",), "inference",
+             _llm_inference),
+    KindSpec("ray.io", "RayService", "rayservices", ("v1",), "inference", _ray_groups(("spec", "rayClusterConfig"))),
+    KindSpec("ray.io", "RayCronJob", "raycronjobs", ("v1",), "training", _rayjob_at(("spec", "jobTemplate")),
+             JobFields(ttl=("spec", "jobTemplate", "ttlSecondsAfterFinished"),
+                       deadline=("spec", "jobTemplate", "activeDeadlineSeconds"),
+                       ttl_requires_true=("spec", "jobTemplate", "shutdownAfterJobFinishes"))),
 )
 
 _BY_GROUP_KIND: dict[tuple[str, str], KindSpec] = {k.api_group_kind: k for k in KINDS}
-# Controllers whose pods (via ownerReferences) gpuguard treats as already checked.
-CONTROLLER_KINDS = frozenset({"Job", "ReplicaSet", "StatefulSet", "DaemonSet"})
+_BY_GROUP_PLURAL: dict[tuple[str, str], KindSpec] = {(k.group, k.plural): k for k in KINDS}
 
 
 def group_of(api_version: Any) -> str:
@@ -312,3 +499,13 @@ def lookup(api_version: Any, kind: Any) -> KindSpec | None:
     if not isinstance(kind, str):
         return None
     return _BY_GROUP_KIND.get((group_of(api_version), kind))
+
+
+def by_resource(group: str, plural: str) -> KindSpec | None:
+    """The KindSpec for an API resource (``apps``, ``deployments``): subresource requests name it."""
+    return _BY_GROUP_PLURAL.get((group, plural))
+
+
+def lookup_group_kind(group: str, kind: str) -> KindSpec | None:
+    """The KindSpec for an API group and kind (as ownerReferences name them)."""
+    return _BY_GROUP_KIND.get((group, kind))

@@ -23,15 +23,18 @@ from workloads.kinds import KindSpec, TemplateRef
 from workloads.paths import Path, child_dict, dicts, dotted, get_path
 
 WORKLOAD_CLASS_LABEL = "gpuguard.io/workload-class"
-WORKLOAD_CLASSES = ("training", "inference", "notebook")
+# What a workload is, which decides the checks it gets and (through priority-class) its priority:
+# serving (inference), training, offline batch inference, interactive notebooks, and short smoke
+# tests / benchmarks.  The kind gives a default; a user may declare another (workload-class policy).
+WORKLOAD_CLASSES = ("training", "inference", "batch-inference", "notebook", "smoke-test")
 
 
 @dataclass
 class Container:
     """One container (or init container) of a pod template."""
 
-    index: int
-    list_name: str  # containers | initContainers
+    index: int | None  # None: a single container held under its own key (KServe's predictor.model)
+    list_name: str  # containers | initContainers | the key of a single-container field
     body: dict
     spec_path: Path
     gpus: dict[str, int] = field(default_factory=dict)  # resource -> whole GPUs asked for
@@ -39,10 +42,12 @@ class Container:
     @property
     def name(self) -> str:
         name = self.body.get("name")
-        return name if isinstance(name, str) else f"#{self.index}"
+        return name if isinstance(name, str) else (self.list_name if self.index is None else f"#{self.index}")
 
     @property
     def path(self) -> Path:
+        if self.index is None:
+            return self.spec_path + (self.list_name,)
         return self.spec_path + (self.list_name, self.index)
 
     @property
@@ -77,6 +82,10 @@ class Container:
                 value = var.get("value")
                 out[name] = value if isinstance(value, str) else None
         return out
+
+    def env_from(self) -> bool:
+        """Whether the container takes variables from ConfigMaps or Secrets (``envFrom``)."""
+        return any("configMapRef" in src or "secretRef" in src for _, src in dicts(self.body.get("envFrom")))
 
     def mounts(self) -> list[dict]:
         return [m for _, m in dicts(self.body.get("volumeMounts"))]
@@ -141,7 +150,8 @@ class WorkloadView:
     kind: KindSpec
     workload_class: str
     templates: list[PodTemplate]
-    owned_by_controller: bool
+    # The class the kind (and the admin's byKind) gives, before any declaration by the user.
+    kind_class: str = ""
 
     @property
     def name(self) -> str:
@@ -204,14 +214,8 @@ def _container_gpus(body: dict, is_gpu: Callable[[str], bool]) -> dict[str, int]
     return out
 
 
-def _owned_by_controller(obj: dict) -> bool:
-    meta = obj.get("metadata")
-    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
-    return any(ref.get("controller") is True for _, ref in dicts(refs))
-
-
-def build_view(obj: dict, kind: KindSpec, is_gpu: Callable[[str], bool],
-               classify: Callable[[dict, KindSpec], str]) -> WorkloadView:
+def build_view(obj: dict, kind: KindSpec, is_gpu: Callable[[str], bool], workload_class: str,
+               kind_class: str = "") -> WorkloadView:
     """Find every pod template of ``obj`` (a working copy) and the GPUs each container asks for."""
     templates: list[PodTemplate] = []
     for ref in kind.locate(obj):
@@ -223,6 +227,7 @@ def build_view(obj: dict, kind: KindSpec, is_gpu: Callable[[str], bool],
             for list_name in ("containers", "initContainers")
             for i, body in dicts(spec.get(list_name))
         ]
+        containers += [Container(None, key, spec[key], ref.spec_path, _container_gpus(spec[key], is_gpu))
+                       for key in ref.container_keys if isinstance(spec.get(key), dict)]
         templates.append(PodTemplate(ref, spec, obj, containers))
-    owned = kind.kind == "Pod" and _owned_by_controller(obj)
-    return WorkloadView(obj, kind, classify(obj, kind), templates, owned)
+    return WorkloadView(obj, kind, workload_class, templates, kind_class or workload_class)

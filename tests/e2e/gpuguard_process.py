@@ -35,7 +35,7 @@ def gpuguard(*args: str, env: dict | None = None, check: bool = True, timeout: f
 class GpuguardServer:
     """``gpuguard serve`` over TLS on 127.0.0.1, with a config file the tests may rewrite."""
 
-    def __init__(self, workdir: Path, config_text: str):
+    def __init__(self, workdir: Path, config_text: str, kubeconfig: Path | None = None):
         self.workdir = workdir
         self.certs = workdir / "certs"
         self.config = workdir / "config.yaml"
@@ -43,6 +43,7 @@ class GpuguardServer:
         self.log = workdir / "gpuguard.log"
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.kubeconfig = kubeconfig  # lets the server read the workloads `kubectl scale` scales
         gpuguard("certs", "create", "--service", "gpuguard", "--namespace", "gpuguard", "--out", str(self.certs),
                  "--ip", "127.0.0.1")
 
@@ -59,7 +60,8 @@ class GpuguardServer:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "webhook.cli", "serve", "--config", str(self.config),
                  "--tls-cert", str(self.certs / "tls.crt"), "--tls-key", str(self.certs / "tls.key"),
-                 "--host", "127.0.0.1", "--port", str(self.port), "--reload-interval", "0.5"],
+                 "--host", "127.0.0.1", "--port", str(self.port), "--reload-interval", "0.5",
+                 *(["--kubeconfig", str(self.kubeconfig)] if self.kubeconfig else [])],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         context = ssl.create_default_context(cafile=str(self.ca))
         deadline = time.monotonic() + 60

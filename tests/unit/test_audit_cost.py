@@ -97,3 +97,37 @@ def test_without_gpus_by_resource_all_gpus_are_nvidia() -> None:
         gpus = 3
 
     assert cost.gpus_by_resource(Old()) == {"nvidia.com/gpu": 3}  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("status", "finished"), [
+    ({"conditions": [{"type": "Complete", "status": "True"}]}, True),          # Job
+    ({"conditions": [{"type": "Failed", "status": "True"}]}, True),
+    ({"conditions": [{"type": "Succeeded", "status": "True"}]}, True),         # Kubeflow jobs
+    ({"conditions": [{"type": "Completed", "status": "True"}]}, True),         # JobSet
+    ({"conditions": [{"type": "Complete", "status": "False"}]}, False),
+    ({"phase": "Succeeded"}, True),                                             # Pod
+    ({"phase": "Running"}, False),
+    ({"jobDeploymentStatus": "Complete"}, True),                                # RayJob
+    ({"jobDeploymentStatus": "Running"}, False),
+    ({"state": {"phase": "Completed"}}, True),                                  # Volcano Job
+    ({}, False),
+])
+def test_finished_workloads_hold_no_gpus(status, finished) -> None:
+    assert cost.is_finished({"status": status}) is finished
+
+
+def test_audit_leaves_finished_workloads_out_of_the_cost_at_risk() -> None:
+    from webhook.audit.inputs import Document
+    from webhook.audit.run import evaluate_all, file_context
+    from webhook.engine import Engine
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "done", "namespace": "ml"},
+           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "t", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 4}}}]}}}}
+    engine = Engine(load_config())
+    running = Document("live", 0, obj=job)
+    done = Document("live", 1, obj=job, finished=True)
+    items = list(evaluate_all([(running, file_context(job, "ml")), (done, file_context(job, "ml"))],
+                              engine.evaluate, PRICES))
+    assert items[0].cost is not None and items[0].cost.gpus == 4
+    assert items[1].cost is None

@@ -11,7 +11,15 @@ import textwrap
 
 import pytest
 
-from tests.unit.workloads import ALL_KINDS, bare_pod_spec, cpu_container, make, template_specs
+from tests.unit.workloads import (
+    ALL_KINDS,
+    RUNTIME_KINDS,
+    bare_pod_spec,
+    cpu_container,
+    make,
+    runtime_for,
+    template_specs,
+)
 from webhook.config import ConfigError, parse_config_text
 from webhook.decision import RequestContext
 from webhook.engine import Engine
@@ -190,9 +198,24 @@ def test_a_pod_template_rule_runs_on_every_template_of_every_kind(kind):
 
 def test_kinds_in_the_fixtures_cover_the_kind_table():
     """The parametrized test above must cover every kind gpuguard knows."""
-    table = {(k.group, k.kind) for k in kinds.KINDS}
+    table = {(k.group, k.kind) for k in kinds.KINDS if k.runtime is None}  # runtime kinds: the next test
     covered = {(kinds.group_of(o["apiVersion"]), o["kind"]) for o in (make(k, bare_pod_spec()) for k in ALL_KINDS)}
     assert covered == table
+
+
+@pytest.mark.parametrize("name", RUNTIME_KINDS)
+def test_a_kind_judged_through_its_runtime_gets_the_rule_on_the_runtimes_templates(name):
+    """A TrainJob names its pod templates in a runtime: rules see the JobSet made from both."""
+    from webhook.lookup import StaticLookup
+
+    obj = make(name, bare_pod_spec(1))
+    ctx = RequestContext(namespace="ml", lookup=StaticLookup([runtime_for(name, bare_pod_spec(1))]))
+    eng = engine(rule("podSpec.containers.all(c, c.image.startsWith('registry.corp/'))"))
+    decision = eng.evaluate(obj, ctx)
+    assert decision.error is None and not decision.allowed
+    assert [v.policy for v in decision.violations] == ["r"]
+    assert decision.violations[0].path.startswith("runtime ClusterTrainingRuntime torch: spec.replicatedJobs[0]")
+    assert "match JobSet instead" in refused(rule("false", match=f"{{kinds: [{name}]}}"))
 
 
 def test_object_scope_runs_once_and_points_at_field_path():

@@ -192,13 +192,20 @@ def test_pdb_and_service() -> None:
 def test_rbac_is_least_privilege() -> None:
     objects = render(BASE)
     role = one(objects, "ClusterRole", "gpuguard")
-    rules = sorted(role["rules"], key=lambda r: r["apiGroups"])
-    assert rules == [
+    rules = [r for r in role["rules"] if r["verbs"] != ["get"]]
+    assert sorted(rules, key=lambda r: r["apiGroups"]) == [
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["admissionregistration.k8s.io"],
          "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
          "resourceNames": ["gpuguard"], "verbs": ["get", "patch"]},
     ]
+    # `get` on exactly the kinds whose scale subresource gpuguard validates (the workload behind a Scale)
+    # and the runtimes a TrainJob names.
+    from workloads.kinds import KINDS
+
+    gets = {(g, res) for r in role["rules"] if r["verbs"] == ["get"] for g in r["apiGroups"] for res in r["resources"]}
+    runtimes = {(k.runtime.group, plural) for k in KINDS if k.runtime for _, _, plural in k.runtime.resources}
+    assert gets == {(k.group, k.plural) for k in KINDS if k.scale_replicas} | runtimes
     binding = one(objects, "ClusterRoleBinding", "gpuguard")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": "gpuguard"}

@@ -136,10 +136,11 @@ def test_yaml_dates_do_not_produce_spurious_patches():
     assert ENGINE.evaluate(obj).patch == []
 
 
-def test_mutation_only_on_create_validation_on_create_and_update():
+def test_mutation_on_create_and_update_nothing_on_delete():
     obj = make("Job", bare_pod_spec())
     update = ENGINE.evaluate(obj, RequestContext(operation="UPDATE", old_object=None))
-    assert update.patch == [] and not update.allowed
+    assert "gpu-tolerations" in update.mutated_by and not update.allowed
+    assert_patch_yields_mutated(update)
     delete = ENGINE.evaluate(obj, RequestContext(operation="DELETE"))
     assert delete.patch == [] and delete.allowed and delete.violations == []
 
@@ -178,24 +179,16 @@ def test_message_names_policy_path_container_and_fix():
     text = next(v.text for v in decision.violations if v.policy == "checkpoint-volume")
     assert text == ("[checkpoint-volume] spec.template.spec.containers[0] (trainer): GPU training job has no "
                     "persistent volume for checkpoints; mount a persistentVolumeClaim (e.g. at /checkpoints) or "
-                    "set CHECKPOINT_URI to an object store.")
+                    "set CHECKPOINT_URI to an object store; or, for a short run (smoke test, benchmark, "
+                    "evaluation), set spec.activeDeadlineSeconds <= 14400 so at most 4 GPU-hours are at risk.")
 
 
-def test_controller_owned_pods_are_mutated_not_denied():
+def test_owner_reference_alone_grants_nothing():
     pod = make("Pod", bare_pod_spec())
     pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u",
                                            "controller": True}]
-    decision = ENGINE.evaluate(pod)
-    assert decision.allowed and decision.violations == []
-    assert "gpu-tolerations" in decision.mutated_by
-    assert "activeDeadlineSeconds" not in decision.mutated["spec"]  # the Job carries the deadline
-
-
-def test_owner_reference_to_unknown_kind_does_not_skip_validation():
-    pod = make("Pod", bare_pod_spec())
-    pod["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "u",
-                                           "controller": True}]
-    assert not ENGINE.evaluate(pod).allowed
+    decision = ENGINE.evaluate(pod, RequestContext(username="alice"))
+    assert not decision.allowed and "gpu-tolerations" in decision.mutated_by
 
 
 def test_pod_created_from_mutated_job_template_gets_no_second_mutation():
@@ -206,7 +199,11 @@ def test_pod_created_from_mutated_job_template_gets_no_second_mutation():
                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "w", "uid": "u",
                                              "controller": True}]},
            "spec": copy.deepcopy(template["spec"])}
-    assert ENGINE.evaluate(pod).patch == []
+    from_controller = ENGINE.evaluate(pod, RequestContext(username="system:serviceaccount:kube-system:job-controller"))
+    assert from_controller.patch == [] and from_controller.skipped
+    # The same pod from a user is idempotent for every policy but the pod-level deadline.
+    assert {op["path"] for op in ENGINE.evaluate(pod).patch} == {"/metadata/annotations",
+                                                                "/spec/activeDeadlineSeconds"}
 
 
 def test_plain_json_mode_gives_the_same_decision_without_touching_input():

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.workloads import ALL_KINDS, BUILDER_NAMES, GANG_KINDS, has_builder, make, pvc_pod_spec
+from tests.unit.workloads import (
+    ALL_KINDS,
+    BUILDER_NAMES,
+    GANG_KINDS,
+    RUNTIME_KINDS,
+    has_builder,
+    make,
+    pvc_pod_spec,
+    runtime_for,
+)
 from webhook.config import parse_config_text
 from webhook.decision import RequestContext
 from webhook.engine import Engine
@@ -17,11 +26,32 @@ def test_every_kind_has_a_builder_that_builds_that_kind(spec):
     assert has_builder(name), f"add a builder for {name} to tests/unit/workloads.py:make"
     obj = make(name, pvc_pod_spec())
     assert kinds.lookup(obj["apiVersion"], obj["kind"]) is spec
+    if spec.runtime is not None:  # its pod templates are in the runtime it names
+        obj = spec.runtime.expand(obj, runtime_for(name, pvc_pod_spec()))
+        spec = kinds.lookup(obj["apiVersion"], obj["kind"])
     assert list(spec.locate(obj)), f"{name}: the builder's object has no pod template the kind table finds"
 
 
 def test_matrices_cover_every_kind_once():
-    assert len(ALL_KINDS) == len(set(ALL_KINDS)) == len(kinds.KINDS)
+    assert len(ALL_KINDS) == len(set(ALL_KINDS)) == len(kinds.KINDS) - len(RUNTIME_KINDS)
+
+
+@pytest.mark.parametrize("name", RUNTIME_KINDS)
+def test_runtime_kinds_are_judged_with_their_runtime_and_never_mutated(name):
+    from webhook.lookup import StaticLookup
+
+    engine = Engine(parse_config_text("kind: GpuguardConfig\n"))
+    obj = make(name, pvc_pod_spec(gpus=8), replicas=9)  # 9 nodes x 8 GPUs: over the 64 total
+    ctx = RequestContext(namespace="ml", lookup=StaticLookup([runtime_for(name, pvc_pod_spec(gpus=8))]))
+    decision = engine.evaluate(obj, ctx)
+    assert decision.gpus == 72 and decision.patch == []
+    assert "gpu-request-shape" in {v.policy for v in decision.denials}
+    assert all(v.path.startswith("runtime ClusterTrainingRuntime torch: ") for v in decision.violations)
+    # Without its runtime it can't be judged: the failure mode decides, and the reason says what is missing.
+    missing = engine.evaluate(obj, RequestContext(namespace="ml"))
+    assert missing.error and "not found" in missing.error and missing.allowed
+    # The mutating webhook leaves it alone: its JobSet is mutated when the Trainer creates it.
+    assert engine.evaluate(obj, RequestContext(namespace="ml", validate=False)).patch == []
 
 
 def test_kind_facts_policies_rely_on():

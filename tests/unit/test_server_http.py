@@ -65,7 +65,6 @@ def test_gpu_job_without_persistent_volume_is_denied(server: Server) -> None:
 def test_non_create_and_subresource_requests_are_allowed_at_once(server: Server) -> None:
     job = gpu_job()
     for endpoint, body in (
-        ("/mutate", review(job, "UPDATE", old=job)),  # mutate runs on CREATE only
         ("/validate", review(job, "DELETE", old=job)),
         ("/mutate", review(job, "CONNECT")),
         ("/validate", review(job, "UPDATE", old=job, sub_resource="status")),
@@ -166,3 +165,13 @@ def test_only_post_reviews(server: Server) -> None:
     assert server.client.get("/validate").status_code == 405
     assert server.client.get("/docs").status_code == 404
 
+
+
+def test_scale_whose_workload_cannot_be_read_follows_failure_mode(server: Server, tmp_path) -> None:
+    body = review({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "serve"},
+                   "spec": {"replicas": 40}}, "UPDATE", sub_resource="scale")
+    body["request"]["resource"] = {"group": "apps", "version": "v1", "resource": "deployments"}
+    response = _response(server, "/validate", body)
+    # The test server has no Kubernetes credentials: the default failureMode (open) allows and says why.
+    assert response["allowed"] is True
+    assert any("cannot read the scaled deployments" in w for w in response["warnings"]), response

@@ -35,8 +35,10 @@ def test_custom_rule_fixtures_cover_every_kind_gpuguard_knows():
         obj = yaml.safe_load((expect.parent / "input.yaml").read_text())
         allowed = yaml.safe_load(expect.read_text())["allowed"]
         seen.setdefault((kinds.group_of(obj["apiVersion"]), obj["kind"]), set()).add(allowed)
-    table = {(k.group, k.kind) for k in kinds.KINDS}
-    assert set(seen) == table
+    # Kinds judged through a runtime (a Trainer TrainJob) need a lookup a case cannot give:
+    # tests/unit/test_custom_policies.py covers them.
+    table = {(k.group, k.kind) for k in kinds.KINDS if k.runtime is None}
+    assert set(seen) == table, "run python tests/custom-policies/generate.py for the new kinds"
     assert all(outcomes == {True, False} for outcomes in seen.values())
 
 

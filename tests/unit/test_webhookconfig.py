@@ -73,15 +73,16 @@ def test_pods_are_always_intercepted() -> None:
 
 def test_rules_intercept_no_version_a_kind_does_not_declare() -> None:
     declared = {(s.group, v, s.plural) for s in KINDS for v in s.versions} | {("", "v1", "pods")}
+    declared |= {(s.group, v, f"{s.plural}/scale") for s in KINDS if s.scale_replicas for v in s.versions}
     for config in _build():
         assert _intercepted(_hook(config)) <= declared
 
 
 def test_operations_per_webhook() -> None:
     mutating, validating = _build()
-    assert {op for rule in _hook(mutating)["rules"] for op in rule["operations"]} == {"CREATE"}
-    for rule in _hook(validating)["rules"]:
-        assert rule["operations"] == ["CREATE", "UPDATE"]
+    for config in (mutating, validating):
+        for rule in _hook(config)["rules"]:
+            assert rule["operations"] == ["CREATE", "UPDATE"]
     for config in (mutating, validating):
         assert all(rule["scope"] == "Namespaced" for rule in _hook(config)["rules"])
 
@@ -230,3 +231,12 @@ def test_registered_in_the_gpuguard_entry_point() -> None:
     from webhook import cli
 
     assert "webhook.webhookconfig" in cli.SUBCOMMAND_MODULES
+
+
+def test_scale_subresources_are_validated_not_mutated() -> None:
+    mutating, validating = _build()
+    scaled = {s.plural for s in KINDS if s.scale_replicas}
+    assert scaled >= {"deployments", "statefulsets", "replicasets", "leaderworkersets"}
+    validated = {r for rule in _hook(validating)["rules"] for r in rule["resources"]}
+    assert {f"{p}/scale" for p in scaled} <= validated
+    assert not any(r.endswith("/scale") for rule in _hook(mutating)["rules"] for r in rule["resources"])

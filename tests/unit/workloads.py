@@ -100,8 +100,29 @@ def make(kind: str, spec: dict, replicas: int = 1, name: str = "w", namespace: s
                                     "metadata": meta,
                                     "spec": {"replicas": 1, "leaderWorkerTemplate": {
                                         "size": replicas, "workerTemplate": t}}},
+        # Raw deployment: every pod field is allowed (Knative-served predictors: tests/policies/*/kserve*).
         "InferenceService": lambda: {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-                                     "metadata": meta, "spec": {"predictor": copy.deepcopy(spec)}},
+                                     "metadata": {**meta, "annotations": {
+                                         "serving.kserve.io/deploymentMode": "RawDeployment"}},
+                                     "spec": {"predictor": copy.deepcopy(spec)}},
+        "LLMInferenceService": lambda: {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "LLMInferenceService",
+                                        "metadata": meta, "spec": {"model": {"uri": "hf://example/model"},
+                                                                   "replicas": replicas,
+                                                                   "template": copy.deepcopy(spec)}},
+        "RayService": lambda: {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": meta,
+                               "spec": {"rayClusterConfig": {"headGroupSpec": {"template": t},
+                                                             "workerGroupSpecs": [{"groupName": "gpu",
+                                                                                   "replicas": replicas,
+                                                                                   "template": _tmpl(spec)}]}}},
+        # The pod templates live in the runtime (runtime_for); the TrainJob names it and sizes the nodes.
+        "TrainJob": lambda: {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": meta,
+                             "spec": {"runtimeRef": {"name": "torch"}, "trainer": {"numNodes": replicas}}},
+        "RayCronJob": lambda: {"apiVersion": "ray.io/v1", "kind": "RayCronJob", "metadata": meta,
+                               "spec": {"schedule": "0 3 * * *", "jobTemplate": {
+                                   "entrypoint": "python train.py", "shutdownAfterJobFinishes": True,
+                                   "rayClusterSpec": {"headGroupSpec": {"template": t},
+                                                      "workerGroupSpecs": [{"groupName": "gpu", "replicas": replicas,
+                                                                            "template": _tmpl(spec)}]}}}},
     }
     return builders[kind]()
 
@@ -123,9 +144,22 @@ BUILDER_NAMES: dict[tuple[str, str], str] = {
 
 
 def _names(specs) -> list[str]:
-    return [BUILDER_NAMES[spec.api_group_kind] for spec in specs]
+    # Kinds whose templates live in a runtime are built with runtime_for and tested on their own.
+    return [BUILDER_NAMES[spec.api_group_kind] for spec in specs if spec.runtime is None]
 
 
+def runtime_for(name: str, spec: dict) -> dict:
+    """The runtime object a runtime kind's builder names, with ``spec`` as its trainer pod."""
+    assert name == "TrainJob", f"add a runtime builder for {name}"
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": "torch"},
+            "spec": {"mlPolicy": {"numNodes": 1},
+                     "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
+                         "template": {"spec": copy.deepcopy({**spec, "containers": [
+                             {**c, "name": "node"} for c in spec.get("containers", [])]})}}}}]}}}}
+
+
+RUNTIME_KINDS = [BUILDER_NAMES[spec.api_group_kind] for spec in kinds.KINDS if spec.runtime is not None]
 ALL_KINDS = _names(kinds.KINDS)
 TRAINING_KINDS = _names(k for k in kinds.KINDS if k.default_class == "training")
 INFERENCE_KINDS = _names(k for k in kinds.KINDS if k.default_class == "inference")

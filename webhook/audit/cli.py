@@ -15,17 +15,20 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 
+from kubeapi.client import custom_objects
 from webhook.audit import cost, inputs, mutation
 from webhook.audit.formats import FORMATS, HUMAN_FORMATS, RenderOptions, render
 from webhook.audit.run import EXIT_ERROR, FAIL_ON, AuditItem, AuditReport, evaluate_all, file_context
 from webhook.catalog import load_catalog
 from webhook.cliutil import UsageError, error, guard
+from webhook.lookup import ApiLookup, StaticLookup
 
 
 def register(subparsers: Any) -> None:
@@ -173,7 +176,10 @@ def run_audit(args: argparse.Namespace) -> int:
                         continue
                     yield doc
 
-            pairs = ((doc, file_context(doc.obj, default_ns, labels)) for doc in documents())
+            # Read once: a TrainJob's runtime may stand anywhere in the input (webhook.lookup).
+            docs = list(documents())
+            runtimes = StaticLookup(doc.obj for doc in docs)
+            pairs = ((doc, file_context(doc.obj, default_ns, labels, runtimes or None)) for doc in docs)
             items.extend(evaluate_all(pairs, engine.evaluate, prices, on_item=count))
             if ignored:
                 notes.append(f"{ignored} documents that are not Kubernetes objects were ignored "
@@ -222,8 +228,10 @@ def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, i
         if progress is not None and task is not None:
             progress.update(task, objects=listed)
 
+    runtimes = ApiLookup(api=custom_objects(conn.api))
+    pairs = ((doc, replace(ctx, lookup=runtimes) if ctx is not None else None) for doc, ctx in lister.objects(on_kind))
     try:
-        items.extend(evaluate_all(lister.objects(on_kind), engine.evaluate, prices, on_item=on_item))
+        items.extend(evaluate_all(pairs, engine.evaluate, prices, on_item=on_item))
     except ClusterError as exc:
         error(str(exc))
         return EXIT_ERROR

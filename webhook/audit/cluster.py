@@ -26,6 +26,7 @@ import orjson
 
 from kubeapi.client import ApiError, Connection, KubeConfigError, apis, core_v1, custom_objects
 from kubeapi.client import connect as _connect
+from webhook.audit.cost import is_finished
 from webhook.audit.inputs import Document
 from webhook.decision import RequestContext
 from workloads.kinds import KINDS, KindSpec, lookup
@@ -194,7 +195,7 @@ class ClusterLister:
                     namespace = (obj.get("metadata") or {}).get("namespace") or self.namespace
                     ctx = RequestContext(operation="CREATE", namespace=namespace,
                                          namespace_labels=dict(labels.get(namespace or "", {})))
-                    yield Document(self.source, index, obj=obj), ctx
+                    yield Document(self.source, index, obj=obj, finished=is_finished(raw)), ctx
                     index += 1
             except ApiError as exc:
                 self.errors.append(f"cannot list {kind.label}: {_reason(exc)}")

@@ -149,6 +149,28 @@ def risk_reasons(decision: Decision) -> list[str]:
     return reasons
 
 
+_DONE_CONDITIONS = frozenset({"Complete", "Completed", "Succeeded", "Failed"})
+_DONE_PHASES = frozenset({"Succeeded", "Failed", "Completed", "Complete", "Terminated", "Aborted"})
+
+
+def is_finished(obj: Any) -> bool:
+    """Whether a live workload's status says it ran to its end (so its GPUs are released).
+
+    The operators share the vocabulary: a true ``Complete``/``Succeeded``/``Failed`` condition (Job,
+    Kubeflow jobs, JobSet's ``Completed``, TrainJob), a final ``status.phase`` (Pod), RayJob's
+    ``jobDeploymentStatus`` and Volcano's ``state.phase``.
+    """
+    status = obj.get("status") if isinstance(obj, dict) else None
+    if not isinstance(status, dict):
+        return False
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") in _DONE_CONDITIONS and cond.get("status") == "True":
+            return True
+    state = status.get("state") if isinstance(status.get("state"), dict) else {}
+    return any(value in _DONE_PHASES for value in (status.get("phase"), status.get("jobDeploymentStatus"),
+                                                    state.get("phase")))
+
+
 @dataclass(frozen=True)
 class WorkloadCost:
     """What one at-risk workload could cost per day."""

@@ -58,6 +58,9 @@ class Document:
     obj: dict[str, Any] | None = None
     item: int | None = None
     error: InputError | None = None
+    # The workload already ran to its end (read from its status before the audit strips it): it holds
+    # no GPUs, so no cost is at risk.
+    finished: bool = False
     # dotted field path (as in Violation.path) -> 1-based line, for pointing at a finding's field
     lines: dict[str, int] | None = field(default=None, repr=False, compare=False)
 

@@ -162,7 +162,7 @@ def evaluate_all(pairs: Iterable[tuple[Document, RequestContext | None]], evalua
                 item = AuditItem(doc, namespace=ctx.namespace, engine_error=failure)
             else:
                 item = AuditItem(doc, decision, namespace=decision.namespace or ctx.namespace)
-                if item.is_workload:
+                if item.is_workload and not doc.finished and not cost.is_finished(doc.obj):
                     item.cost = cost.workload_cost(decision, prices)
         if on_item is not None:
             on_item(item)
@@ -170,14 +170,15 @@ def evaluate_all(pairs: Iterable[tuple[Document, RequestContext | None]], evalua
 
 
 def file_context(obj: dict | None, default_namespace: str | None,
-                 namespace_labels: dict[str, str] | None = None) -> RequestContext:
+                 namespace_labels: dict[str, str] | None = None,
+                 lookup: Callable[[str, str, str | None, str], dict | None] | None = None) -> RequestContext:
     """How a manifest would reach the webhook: a CREATE in its namespace (or the default one)."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     namespace = meta.get("namespace") if isinstance(meta, dict) else None
     if not isinstance(namespace, str) or not namespace:
         namespace = default_namespace
     return RequestContext(operation="CREATE", namespace=namespace,
-                          namespace_labels=dict(namespace_labels or {}))
+                          namespace_labels=dict(namespace_labels or {}), lookup=lookup)
 
 
 def _counter() -> dict[str, int]:

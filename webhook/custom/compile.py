@@ -111,6 +111,9 @@ def _dotted(loc: tuple) -> str:
 
 def _kinds(policy: CustomPolicy, loc: tuple, where: Where) -> frozenset[tuple[str | None, str]]:
     known = {(k.group, k.kind) for k in kinds_mod.KINDS}
+    # Kinds whose pod templates live in another object (a Trainer TrainJob and its runtime) are
+    # judged as the object their operator makes from both: a rule matching them would never fire.
+    judged_as = {(k.group, k.kind) for k in kinds_mod.KINDS if getattr(k, "runtime", None) is not None}
     out: set[tuple[str | None, str]] = set()
     for i, name in enumerate(policy.match.kinds):
         group, _, kind = name.rpartition("/")
@@ -120,6 +123,9 @@ def _kinds(policy: CustomPolicy, loc: tuple, where: Where) -> frozenset[tuple[st
             raise CustomPolicyError(f"{where(loc + ('match', 'kinds', i))}: unknown kind {name!r} "
                                     f"(known: {', '.join(names)}; write group/Kind, e.g. batch.volcano.sh/Job, "
                                     "for one group)")
+        if any(k == kind and (entry[0] is None or g == entry[0]) for g, k in judged_as):
+            raise CustomPolicyError(f"{where(loc + ('match', 'kinds', i))}: {name} names its pod templates in a "
+                                    "runtime and is judged as the JobSet made from both: match JobSet instead")
         out.add(entry)
     return frozenset(out)
 

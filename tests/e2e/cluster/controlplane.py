@@ -586,7 +586,10 @@ class ControlPlane:
             f"--service-account-private-key-file={pki['sa_key']}",
             f"--root-ca-file={pki['ca_cert']}",
             "--secure-port=0",  # no metrics/health endpoint needed; avoids a port and a cert
-            "--use-service-account-credentials=false",
+            # Each controller sends its requests as its own service account
+            # (system:serviceaccount:kube-system:replicaset-controller …), as on kubeadm and managed
+            # clusters: gpuguard trusts controllers by that identity.
+            "--use-service-account-credentials=true",
             "--v=1",
             *self.extra_controller_manager_args,
         ]

@@ -1,0 +1,182 @@
+"""ML workloads as they are written, judged at ``kubectl apply`` through a real kube-apiserver.
+
+Each kind's CRD is installed (an open-schema stand-in, ``cluster/crds/``); no operator runs, so
+what is checked is what the apiserver stores from the user's apply, and what gpuguard answers
+when the operator's own identity creates the objects it derives.  Users act as ``alice`` with a
+namespace-scoped RoleBinding, operators as their service accounts (``kubectl --as``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import yaml
+
+from tests.e2e.gpuguard_process import ROOT, GpuguardServer, default_config_with
+
+pytestmark = pytest.mark.e2e
+USER = "alice"
+TRAINER = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def dump(obj: dict) -> str:
+    return yaml.safe_dump(obj, sort_keys=False)
+
+
+class Env:
+    def __init__(self, cp):
+        self.cp = cp
+
+    def namespace(self) -> str:
+        ns = f"ml-{uuid.uuid4().hex[:8]}"
+        self.cp.kubectl("create", "namespace", ns)
+        # The custom resources are not in the aggregated edit role: alice administers her namespace.
+        self.cp.kubectl("create", "rolebinding", "alice-admin", "--clusterrole=cluster-admin", f"--user={USER}",
+                        "-n", ns)
+        return ns
+
+    def apply(self, obj: dict, user: str = USER, check: bool = False):
+        return self.cp.kubectl(f"--as={user}", "apply", "-f", "-", input=dump(obj), check=check)
+
+    def get(self, *args: str) -> dict:
+        return self.cp.kubectl_json("get", *args)
+
+
+@pytest.fixture(scope="module")
+def env(control_plane, tmp_path_factory):
+    cp = control_plane
+    cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "priorityclasses.yaml"))
+    cp.install_crds("jobset", "trainjob", "clustertrainingruntime", "trainingruntime", "inferenceservice",
+                    "rayservice")
+    server = GpuguardServer(tmp_path_factory.mktemp("gpuguard"), default_config_with("ml-exempt"),
+                            kubeconfig=cp.kubeconfig)
+    server.start()
+    server.register(cp)
+    e = Env(cp)
+    probe = e.namespace()
+    cp.wait_for(lambda: "priorityClassName" in json.dumps(
+        e.get("rayservice", "probe", "-n", probe) if e.apply(rayservice(probe, "probe")).returncode == 0 else {}),
+        timeout=60, message="gpuguard's webhooks in force")
+    yield e
+    server.stop()
+    print(f"\n[e2e] gpuguard log: {server.log}")
+
+
+# ---------------------------------------------------------------- Kubeflow Trainer v2
+
+def runtime(name: str, *, pod_group: bool, checkpoints: bool) -> dict:
+    node: dict = {"name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime",
+                  "command": ["torchrun", "train.py"]}
+    pod: dict = {"restartPolicy": "OnFailure", "containers": [node]}
+    if checkpoints:
+        node["volumeMounts"] = [{"name": "ckpt", "mountPath": "/checkpoints"}]
+        pod["volumes"] = [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "team-checkpoints"}}]
+    initializer = {"name": "model-initializer", "template": {
+        "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "model-initializer"}},
+        "spec": {"template": {"spec": {"restartPolicy": "OnFailure", "containers": [
+            {"name": "model-initializer", "image": "ghcr.io/kubeflow/trainer/model-initializer"}]}}}}}
+    spec: dict = {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
+                  "template": {"spec": {"replicatedJobs": [initializer, {
+                      "name": "node", "dependsOn": [{"name": "model-initializer", "status": "Complete"}],
+                      "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                                   "spec": {"template": {"spec": pod}}}}]}}}
+    if pod_group:
+        spec["podGroupPolicy"] = {"coscheduling": {"scheduleTimeoutSeconds": 120}}
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": name}, "spec": spec}
+
+
+def trainjob(ns: str, name: str, runtime_name: str, nodes: int) -> dict:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"runtimeRef": {"name": runtime_name},
+                     "trainer": {"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}}}}}
+
+
+def test_trainjob_is_judged_with_its_runtime_at_apply(env):
+    env.cp.kubectl("apply", "-f", "-", input=dump(runtime("torch-bare", pod_group=False, checkpoints=False)))
+    env.cp.kubectl("apply", "-f", "-", input=dump(runtime("torch-ganged", pod_group=True, checkpoints=True)))
+    ns = env.namespace()
+    denied = env.apply(trainjob(ns, "bare", "torch-bare", nodes=4))
+    assert denied.returncode != 0
+    assert "[gang-scheduling] runtime ClusterTrainingRuntime torch-bare: spec" in denied.stderr
+    assert "4 GPU pods" in denied.stderr and "[checkpoint-volume]" in denied.stderr
+    admitted = env.apply(trainjob(ns, "tune", "torch-ganged", nodes=4))
+    assert admitted.returncode == 0, admitted.stderr
+    over = env.apply(trainjob(ns, "huge", "torch-ganged", nodes=9))  # 72 GPUs > 64
+    assert over.returncode != 0 and "[gpu-request-shape]" in over.stderr
+
+
+def test_the_jobset_the_trainer_generates_is_mutated_not_denied(env):
+    env.cp.kubectl("apply", "-f", "-", input=dump(runtime("torch-ganged", pod_group=True, checkpoints=True)))
+    ns = env.namespace()
+    assert env.apply(trainjob(ns, "tune", "torch-ganged", nodes=2)).returncode == 0
+    owner = env.get("trainjob", "tune", "-n", ns)
+    env.cp.kubectl("create", "rolebinding", "trainer", "--clusterrole=cluster-admin", f"--user={TRAINER}", "-n", ns)
+    # What the Trainer would build, without the checkpoint volume: gpuguard must not deny its controller.
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {
+        "name": "tune", "namespace": ns, "ownerReferences": [
+            {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "tune",
+             "uid": owner["metadata"]["uid"], "controller": True}]},
+        "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": {
+            "parallelism": 2, "completions": 2, "template": {"spec": {"restartPolicy": "OnFailure", "containers": [
+                {"name": "node", "image": "pytorch/pytorch:2", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}]}}
+    by_user = env.apply({**jobset, "metadata": {"name": "by-alice", "namespace": ns}})
+    assert by_user.returncode != 0 and "[checkpoint-volume]" in by_user.stderr
+    created = env.apply(jobset, user=TRAINER)
+    assert created.returncode == 0, created.stderr
+    pod = env.get("jobset", "tune", "-n", ns)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert GPU_TOLERATION in pod["tolerations"] and pod["containers"][0]["resources"]["limits"]["memory"]
+
+
+# ---------------------------------------------------------------- KServe, Ray
+
+def isvc(ns: str, name: str, mode: str | None) -> dict:
+    meta: dict = {"name": name, "namespace": ns}
+    if mode:
+        meta["annotations"] = {"serving.kserve.io/deploymentMode": mode}
+    return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": meta,
+            "spec": {"predictor": {"minReplicas": 1, "model": {
+                "modelFormat": {"name": "huggingface"}, "storageUri": "hf://meta-llama/Llama-3.1-8B-Instruct",
+                "resources": {"limits": {"nvidia.com/gpu": 1}}}}}}
+
+
+def test_kserve_predictor_model_form_is_mutated_and_judged(env):
+    ns = env.namespace()
+    raw = env.apply(isvc(ns, "raw", "RawDeployment"))
+    assert raw.returncode == 0, raw.stderr
+    predictor = env.get("inferenceservice", "raw", "-n", ns)["spec"]["predictor"]
+    assert GPU_TOLERATION in predictor["tolerations"]
+    assert predictor["priorityClassName"] == "inference-critical"
+    assert predictor["model"]["resources"]["limits"]["memory"] == "64Gi"
+    # Knative (the default mode) would refuse tolerations: none are added, and kubectl says why.
+    knative = env.apply(isvc(ns, "serverless", None))
+    assert knative.returncode == 0, knative.stderr
+    assert "kubernetes.podspec-tolerations" in knative.stderr
+    stored = env.get("inferenceservice", "serverless", "-n", ns)["spec"]["predictor"]
+    assert "tolerations" not in stored and "priorityClassName" not in stored
+    assert stored["model"]["resources"]["limits"]["memory"] == "64Gi"
+
+
+def rayservice(ns: str, name: str, replicas: int = 2, gpus: int = 1) -> dict:
+    return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": name, "namespace": ns},
+            "spec": {"serveConfigV2": "applications: []\n", "rayClusterConfig": {
+                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                    {"name": "ray-head", "image": "rayproject/ray:2.40.0"}]}}},
+                "workerGroupSpecs": [{"groupName": "gpu", "replicas": replicas, "minReplicas": 1,
+                                      "maxReplicas": replicas, "rayStartParams": {}, "template": {"spec": {
+                                          "containers": [{"name": "ray-worker", "image": "rayproject/ray:2.40.0",
+                                                          "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}]}}}
+
+
+def test_rayservice_is_mutated_and_its_total_checked(env):
+    ns = env.namespace()
+    ok = env.apply(rayservice(ns, "serve"))
+    assert ok.returncode == 0, ok.stderr
+    worker = env.get("rayservice", "serve", "-n", ns)["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+    assert GPU_TOLERATION in worker["template"]["spec"]["tolerations"]
+    over = env.apply(rayservice(ns, "big", replicas=9, gpus=8))
+    assert over.returncode != 0 and "[gpu-request-shape]" in over.stderr
