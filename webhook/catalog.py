@@ -122,9 +122,24 @@ def _info(policy: Policy) -> PolicyInfo:
     )
 
 
-def load_catalog() -> dict[str, PolicyInfo]:
-    """Every registered policy, in engine order."""
-    return {pid: _info(policy) for pid, policy in REGISTRY.items()}
+def load_catalog(config: Any = None) -> dict[str, PolicyInfo]:
+    """Every registered policy, in engine order, then the custom rules of ``config`` (a loaded Config) if given.
+
+    Custom rules are listed so that reports name them like built-in policies (SARIF rules,
+    PolicyReport categories, table rows) instead of as bare ids.
+    """
+    catalog = {pid: _info(policy) for pid, policy in REGISTRY.items()}
+    custom = getattr(config, "custom", None)
+    for rule in getattr(custom, "rules", {}).values():
+        spec = rule.policy
+        checks = "; ".join(v.expression for v in spec.validations)
+        catalog[rule.id] = PolicyInfo(
+            id=rule.id, title=spec.title or rule.id, phase="validating", default_action=spec.action,
+            description=spec.description or spec.title or f"Custom {spec.scope} rule: {checks}",
+            rationale=f"Custom policy of this cluster's GpuguardConfig ({getattr(config, 'source', 'config')}); "
+                      f"checks: {checks}",
+            example="", settings=())
+    return catalog
 
 
 def find(catalog: dict[str, PolicyInfo], policy_id: str) -> PolicyInfo:

@@ -18,6 +18,8 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "webhook.webhookconfig",
     "webhook.audit.cli",
     "webhook.policies_cmd",
+    "webhook.suite_cmd",
+    "webhook.fix_cmd",
 )
 
 

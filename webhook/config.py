@@ -25,6 +25,8 @@ from policies.base import ConfigModel
 from webhook import knative
 from webhook.admission import DEFAULT_MAX_BODY_BYTES
 from webhook.controllers import DEFAULT_TRUSTED_CONTROLLERS, TrustedControllers, parse_group_kind
+from webhook.custom.compile import CompiledRule, CustomPolicyError, CustomRules, compile_rules
+from webhook.custom.model import CustomPolicy
 from workloads.view import WORKLOAD_CLASSES
 
 # The shipped default, found as package data (pyproject's package-data ships it), so it is found
@@ -141,6 +143,8 @@ class ConfigFile(ConfigModel):
     profiles: list[Profile] = Field(default_factory=list)
     cost: Cost = Field(default_factory=Cost)
     kserve: KServe = Field(default_factory=KServe)
+    # Admins' own CEL rules (webhook/custom/, docs/custom-policies.md).
+    custom_policies: list[CustomPolicy] = Field(default_factory=list)
 
 
 def compile_controllers(overrides: dict[str, TrustedController]) -> TrustedControllers:
@@ -160,6 +164,7 @@ class PolicySet:
 
     mutating: tuple[tuple[MutatingPolicy, PolicySettings], ...]
     validating: tuple[tuple[ValidatingPolicy, PolicySettings], ...]
+    custom: tuple[tuple[CompiledRule, str], ...] = ()  # enabled custom rules with their action
 
     def settings(self, policy_id: str) -> PolicySettings | None:
         for policy, settings in self.mutating + self.validating:
@@ -184,8 +189,10 @@ class CompiledProfile:
 class Config:
     """A loaded, validated and compiled GpuguardConfig."""
 
-    def __init__(self, raw: ConfigFile, policies: PolicySet, profiles: list[CompiledProfile], source: str):
+    def __init__(self, raw: ConfigFile, policies: PolicySet, profiles: list[CompiledProfile], source: str,
+                 custom: CustomRules | None = None):
         self.raw = raw
+        self.custom = custom or CustomRules([])  # every compiled custom rule, for catalogs and docs
         self.source = source
         self.policies = policies
         self.profiles = profiles
@@ -270,12 +277,13 @@ def _deep_merge(base: dict, override: dict) -> dict:
     return merged
 
 
-def _compile_policies(overrides: dict[str, dict[str, Any]], prefix: tuple, lines: dict, source: str) -> PolicySet:
+def _compile_policies(overrides: dict[str, dict[str, Any]], prefix: tuple, lines: dict, source: str,
+                      custom: CustomRules) -> PolicySet:
     mutating: list[tuple[MutatingPolicy, PolicySettings]] = []
     validating: list[tuple[ValidatingPolicy, PolicySettings]] = []
     for policy_id, values in overrides.items():
-        if policy_id not in REGISTRY:
-            known = ", ".join(REGISTRY)
+        if policy_id not in REGISTRY and policy_id not in custom:
+            known = ", ".join([*REGISTRY, *custom.rules])
             raise ConfigError(f"{source}:{_line_for(lines, prefix + (policy_id,))}: unknown policy "
                               f"{policy_id!r} (known: {known})")
         if not isinstance(values, dict):
@@ -291,7 +299,11 @@ def _compile_policies(overrides: dict[str, dict[str, Any]], prefix: tuple, lines
                 mutating.append((policy, settings))
             elif isinstance(policy, ValidatingPolicy):
                 validating.append((policy, settings))
-    return PolicySet(tuple(mutating), tuple(validating))
+    try:
+        enabled_custom = custom.resolve(overrides, prefix, lambda loc: f"{source}:{_line_for(lines, loc)}")
+    except CustomPolicyError as exc:
+        raise ConfigError(str(exc)) from None
+    return PolicySet(tuple(mutating), tuple(validating), enabled_custom)
 
 
 def build_config(data: Any, source: str = "<config>", lines: dict[tuple, int] | None = None) -> Config:
@@ -306,15 +318,19 @@ def build_config(data: Any, source: str = "<config>", lines: dict[tuple, int] | 
     for kind, cls in raw.workload_classes.by_kind.items():
         if cls not in WORKLOAD_CLASSES:  # pragma: no cover - Literal already guards this
             raise ConfigError(f"{source}: workloadClasses.byKind.{kind}: unknown class {cls}")
-    base = _compile_policies(raw.policies, ("policies",), lines, source)
+    try:
+        custom = compile_rules(raw.custom_policies, set(REGISTRY), lambda loc: f"{source}:{_line_for(lines, loc)}")
+    except CustomPolicyError as exc:
+        raise ConfigError(str(exc)) from None
+    base = _compile_policies(raw.policies, ("policies",), lines, source, custom)
     profiles = []
     for i, profile in enumerate(raw.profiles):
         merged = {pid: _deep_merge(raw.policies.get(pid, {}), values) if isinstance(values, dict) else values
                   for pid, values in profile.policies.items()}
         merged = {**raw.policies, **merged}
         profiles.append(CompiledProfile(profile.name, profile.match,
-                                        _compile_policies(merged, ("profiles", i, "policies"), lines, source)))
-    return Config(raw, base, profiles, source)
+                                        _compile_policies(merged, ("profiles", i, "policies"), lines, source, custom)))
+    return Config(raw, base, profiles, source, custom)
 
 
 def load_config(path: str | Path | None = None) -> Config:

@@ -31,6 +31,7 @@ from policies.base import Finding, MutatingPolicy, PolicySettings
 from webhook import knative
 from webhook.config import Config, PolicySet
 from webhook.controllers import ControllerOrigin
+from webhook.custom import evaluate as custom_rules
 from webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violation
 from webhook.patch import make_patch
 from webhook.update import keep_immutable, subject
@@ -225,6 +226,8 @@ class Engine:
 
         if ctx.validate and ctx.operation in ("CREATE", "UPDATE"):
             decision.violations.extend(self._validate(view, policy_set))
+            # Admins' CEL rules (webhook/custom/): they read the request too, so they get ctx.
+            decision.violations.extend(custom_rules.evaluate(view, policy_set.custom, ctx, decision.namespace))
             if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
                 decision.violations = self._new_in_update(decision.violations, ctx)
 

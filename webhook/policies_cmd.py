@@ -21,6 +21,7 @@ from rich.table import Table
 
 from webhook.catalog import PolicyInfo, UnknownPolicyError, find, load_catalog
 from webhook.cliutil import EXIT_USAGE, error, guard
+from webhook.config import ConfigError, load_config
 
 
 def register(subparsers: Any) -> None:
@@ -29,17 +30,32 @@ def register(subparsers: Any) -> None:
                                      description="List every policy gpuguard ships: id, phase (mutating or "
                                      "validating), default action and what it does.")
     policies.add_argument("--format", choices=("table", "json"), default="table")
+    policies.add_argument("--config", metavar="FILE", help="also list this GpuguardConfig's customPolicies")
     policies.set_defaults(func=guard(run_policies))
     explain = subparsers.add_parser("explain", help="what a policy checks, why, its settings and an example",
                                     description="Explain one policy: what it checks, why it matters, its "
                                     "settings (name, type, default) and a manifest that passes it.")
     explain.add_argument("policy", help="policy id, e.g. job-ttl (see `gpuguard policies`)")
     explain.add_argument("--format", choices=("text", "json"), default="text")
+    explain.add_argument("--config", metavar="FILE", help="a GpuguardConfig whose customPolicies may be explained")
     explain.set_defaults(func=guard(run_explain))
 
 
+def _catalog(args: argparse.Namespace) -> dict[str, PolicyInfo] | None:
+    """The built-in policies, plus the custom rules of ``--config`` (``None`` after printing why it failed)."""
+    if not getattr(args, "config", None):
+        return load_catalog()
+    try:
+        return load_catalog(load_config(args.config))
+    except ConfigError as exc:
+        error(str(exc))
+        return None
+
+
 def run_policies(args: argparse.Namespace) -> int:
-    policies = load_catalog()
+    policies = _catalog(args)
+    if policies is None:
+        return EXIT_USAGE
     if args.format == "json":
         rows = [{"id": p.id, "phase": p.phase, "defaultAction": p.default_action, "title": p.title,
                  "description": p.description} for p in policies.values()]
@@ -66,7 +82,7 @@ def _stdout_console() -> Console:
 
 def config_snippet(info: PolicyInfo) -> str:
     """The policy's block of a GpuguardConfig with every setting at its default."""
-    settings: dict[str, Any] = {}
+    settings: dict[str, Any] = {} if info.settings else {"action": info.default_action}
     for s in info.settings:
         try:
             settings[s.name] = orjson.loads(s.default)
@@ -77,7 +93,9 @@ def config_snippet(info: PolicyInfo) -> str:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    policies = load_catalog()
+    policies = _catalog(args)
+    if policies is None:
+        return EXIT_USAGE
     try:
         info = find(policies, args.policy)
     except UnknownPolicyError as exc:

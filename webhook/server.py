@@ -197,6 +197,8 @@ def _profiles_use_labels(config: Any) -> bool:
     profiles = getattr(config, "profiles", None)
     if profiles is None:
         return True
+    if getattr(getattr(config, "custom", None), "uses_namespace_labels", False):  # customPolicies read them
+        return True
     return any(getattr(getattr(p, "match", None), "namespace_labels", None) for p in profiles)
 
 

@@ -237,7 +237,8 @@ def _config(path: str | None) -> Config | str:
 
 def _only(policies: PolicySet, only: frozenset[str]) -> PolicySet:
     return PolicySet(tuple(p for p in policies.mutating if p[0].id in only),
-                     tuple(p for p in policies.validating if p[0].id in only))
+                     tuple(p for p in policies.validating if p[0].id in only),
+                     tuple(p for p in policies.custom if p[0].id in only))
 
 
 @lru_cache(maxsize=256)
@@ -248,12 +249,14 @@ def _engine(path: str | None, only: tuple[str, ...] | None) -> Engine | str:
         return config if isinstance(config, str) else Engine(config)
     from policies import REGISTRY
 
-    unknown = [p for p in only if p not in REGISTRY]
+    unknown = [p for p in only if p not in REGISTRY and p not in config.custom]
     if unknown:
-        return f"only: unknown policy {', '.join(unknown)} (known: {', '.join(REGISTRY)})"
+        known = [*REGISTRY, *config.custom.rules]
+        return f"only: unknown policy {', '.join(unknown)} (known: {', '.join(known)})"
     keep = frozenset(only)
     restricted = Config(config.raw, _only(config.policies, keep),
-                        [replace(p, policies=_only(p.policies, keep)) for p in config.profiles], config.source)
+                        [replace(p, policies=_only(p.policies, keep)) for p in config.profiles], config.source,
+                        config.custom)
     return Engine(restricted)
 
 

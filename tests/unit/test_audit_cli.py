@@ -158,7 +158,8 @@ def test_ci_examples_use_real_flags() -> None:
     from webhook.cli import build_parser
 
     parser = build_parser()
-    (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    hook = hooks["gpuguard-audit"]
     argv = shlex.split(hook["entry"])[1:] + ["k8s/job.yaml"]
     args = parser.parse_args(argv)
     assert args.command == "audit" and args.ignore_non_kubernetes and args.paths == ["k8s/job.yaml"]

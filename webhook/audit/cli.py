@@ -194,7 +194,7 @@ def run_audit(args: argparse.Namespace) -> int:
             notes.extend(cluster_notes)
     if not items and not extra_errors:
         notes.append("no Kubernetes objects found in the given inputs")
-    report = AuditReport(items, fail_on=args.fail_on, catalog=load_catalog(), sources=sources,
+    report = AuditReport(items, fail_on=args.fail_on, catalog=load_catalog(engine.config), sources=sources,
                          extra_errors=extra_errors, notes=notes)
     _write(report, args)
     return report.exit_code
