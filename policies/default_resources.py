@@ -1,7 +1,12 @@
 """default-resources: CPU, memory and ephemeral-storage requests and limits where missing.
 
-GPU containers are sized per GPU (match the node shape: a node with 8 GPUs, 96 CPUs and
-1 TiB gives ~12 CPUs and ~128Gi per GPU), other containers get flat values.  A memory
+Accelerator containers are sized by their profile (``webhook/accelerators.py``): per whole
+device (match the node shape: a node with 8 GPUs, 96 CPUs and 1 TiB gives ~12 CPUs and
+~128Gi per GPU), per slice as its fraction of the parent device (a MIG 1g slice gets a
+seventh of a GPU's share, so the added requests fit the node and a Kueue quota), or not
+at all; other containers get flat values.  With pod-level ``spec.resources`` (Kubernetes
+1.32+) a resource the pod sets at pod level is its budget: gpuguard adds no container
+values for it, since container requests over the pod's would be rejected.  A memory
 limit is added (equal to the request by default), because a GPU pod without one is
 BestEffort or unbounded Burstable: first to be evicted, or free to OOM its neighbours.
 
@@ -12,13 +17,15 @@ the request.
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 
 from pydantic import Field, field_validator
 
 from policies.base import ConfigModel, Policy, PolicySettings
 from webhook import quantity
-from webhook.workload import Container, WorkloadView, child_dict
+from webhook.accelerators import NO_SIZE
+from webhook.workload import Container, PodTemplate, WorkloadView, child_dict
 
 
 class Size(ConfigModel):
@@ -35,8 +42,6 @@ class Size(ConfigModel):
 
 
 class Settings(PolicySettings):
-    per_gpu: Size = Field(default_factory=lambda: Size(cpu="8", memory="64Gi", ephemeral_storage="50Gi"),
-                          description="Requests per GPU for GPU containers.")
     non_gpu: Size = Field(default_factory=lambda: Size(cpu="500m", memory="1Gi", ephemeral_storage="2Gi"),
                           description="Requests for containers without GPUs.")
     memory_limit_factor: dict[str, float] = Field(
@@ -51,6 +56,30 @@ class Settings(PolicySettings):
 def _scaled(text: str, factor: int | float | Decimal) -> Decimal:
     value = quantity.parse(text)
     return (value or Decimal(0)) * Decimal(str(factor))
+
+
+def _cpu(value: Decimal) -> str:
+    """Whole millicores, rounded up (a slice's share is rarely a round number)."""
+    return quantity.format_cpu(Decimal(math.ceil(value * 1000)) / 1000)
+
+
+def _bytes(value: Decimal) -> str:
+    """Whole MiB, rounded up, unless the value is already whole bytes of a round size."""
+    mib = 2**20
+    if value == value.to_integral_value() and (value % mib == 0 or value < mib):
+        return quantity.format_bytes(value)
+    return quantity.format_bytes(Decimal(math.ceil(value / mib) * mib))
+
+
+def _accelerator_size(container: Container):
+    """What the container's accelerators need beside them (``NO_SIZE`` where profiles size nothing)."""
+    res = container.resources() or {}
+    merged = {**(res.get("requests") or {}), **(res.get("limits") or {})} if all(
+        isinstance(res.get(k), dict | None) for k in ("requests", "limits")) else {}
+    total = NO_SIZE
+    for resource, count, profile in container.accelerator_units():
+        total = total.plus(profile.size_for(resource, count, merged))
+    return total
 
 
 def _fill(container: Container, name: str, request: Decimal, limit_factor: float | None, fmt) -> bool:
@@ -73,6 +102,23 @@ def _fill(container: Container, name: str, request: Decimal, limit_factor: float
     return changed
 
 
+def _size_container(container: Container, template: PodTemplate, settings: Settings, memory_factor: float) -> bool:
+    if container.gpu_count:
+        size = _accelerator_size(container)
+        cpu, memory, disk = size.cpu, size.memory, size.ephemeral_storage
+    else:
+        flat = settings.non_gpu
+        cpu, memory, disk = (_scaled(flat.cpu, 1), _scaled(flat.memory, 1), _scaled(flat.ephemeral_storage, 1))
+    changed = False
+    if cpu is not None and not template.pod_level("cpu"):
+        changed |= _fill(container, "cpu", cpu, 1.0 if settings.set_cpu_limit else None, _cpu)
+    if memory is not None and not template.pod_level("memory"):
+        changed |= _fill(container, "memory", memory, memory_factor, _bytes)
+    if disk is not None:  # ephemeral-storage has no pod-level form
+        changed |= _fill(container, "ephemeral-storage", disk, settings.ephemeral_storage_limit_factor, _bytes)
+    return changed
+
+
 def mutate(view: WorkloadView, settings: Settings) -> bool:
     if not (view.is_gpu or settings.apply_to_non_gpu_pods):
         return False
@@ -80,24 +126,19 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     memory_factor = settings.memory_limit_factor.get(view.workload_class, 1.0)
     for template in view.templates:
         for container in template.containers:
-            gpus = container.gpu_count
-            size, scale = (settings.per_gpu, gpus) if gpus else (settings.non_gpu, 1)
-            changed |= _fill(container, "cpu", _scaled(size.cpu, scale), 1.0 if settings.set_cpu_limit else None,
-                  quantity.format_cpu)
-            changed |= _fill(container, "memory", _scaled(size.memory, scale), memory_factor, quantity.format_bytes)
-            changed |= _fill(container, "ephemeral-storage", _scaled(size.ephemeral_storage, scale),
-                  settings.ephemeral_storage_limit_factor, quantity.format_bytes)
+            changed |= _size_container(container, template, settings, memory_factor)
     return changed
 
 
 POLICY = Policy(
     id="default-resources",
-    title="Size CPU, memory and ephemeral storage per GPU",
+    title="Size CPU, memory and ephemeral storage per accelerator",
     mutating=True,
     settings_model=Settings,
     run=mutate,
-    description="Adds missing CPU, memory and ephemeral-storage requests and limits: per GPU for GPU "
-    "containers, flat for the others; never lowers a value the user set.",
+    description="Adds missing CPU, memory and ephemeral-storage requests and limits: by each accelerator "
+    "profile's sizing (per device, per slice, or none) for accelerator containers, flat for the others; "
+    "never lowers a value the user set, and adds nothing the pod sets at pod level (spec.resources).",
     rationale="A GPU pod with only a GPU limit is BestEffort: evicted first under memory pressure and "
     "free to starve its data loaders; right-sized requests keep a node's GPUs usable.",
     example="""\

@@ -23,6 +23,7 @@ import orjson
 
 from policies.base import Finding, Policy, PolicySettings
 from webhook import kinds
+from webhook.claims import ClaimSource
 from webhook.config import Config
 from webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violation
 from webhook.patch import make_patch
@@ -56,8 +57,10 @@ def _controller_owner(obj: dict) -> dict | None:
 class Engine:
     """Evaluates objects against one compiled config.  Stateless per request; safe to share."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, claims: ClaimSource | None = None):
         self.config = config
+        # DRA claims: the audit's own source, else the server's shared watch (``webhook.claims``)
+        self.claims = claims
 
     # ------------------------------------------------------------------ classification
     def classify(self, obj: dict, kind: kinds.KindSpec, owner: dict | None) -> str:
@@ -136,7 +139,8 @@ class Engine:
         decision.original = original
         owner = _controller_owner(work)
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
-        view = build_view(work, kind, ctx, self.config.is_gpu_resource, lambda o, k, _: self.classify(o, k, owner))
+        view = build_view(work, kind, ctx, self.config.accelerators, lambda o, k, _: self.classify(o, k, owner),
+                          self.claims)
         view.owned_by_controller = owner is not None
         decision.workload_class = view.workload_class
         decision.gpus = view.total_gpus
@@ -171,8 +175,8 @@ class Engine:
                       ctx: RequestContext, owner: dict | None) -> list[Violation]:
         """A mutating policy in warn/audit mode: run it on a scratch copy and report what it would change."""
         scratch, before = _copy(raw), _copy(raw)
-        view = build_view(scratch, kind, ctx, self.config.is_gpu_resource,
-                          lambda o, k, _: self.classify(o, k, owner))
+        view = build_view(scratch, kind, ctx, self.config.accelerators,
+                          lambda o, k, _: self.classify(o, k, owner), self.claims)
         view.owned_by_controller = owner is not None
         policy.run(view, settings)
         ops = make_patch(before, scratch)

@@ -12,15 +12,19 @@ the apiserver would reject anyway must still get a decision, not an exception.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook import quantity
 from webhook.decision import RequestContext
 from webhook.kinds import KindSpec, Path, TemplateRef, get_path
+
+if TYPE_CHECKING:  # runtime import would be circular through policies -> workload
+    from webhook.accelerators import Accelerators, Profile
+    from webhook.claims import ClaimSource
 
 WORKLOAD_CLASS_LABEL = "gpuguard.io/workload-class"
 WORKLOAD_CLASSES = ("training", "inference", "notebook")
@@ -77,7 +81,11 @@ class Container:
     list_name: str  # containers | initContainers
     body: dict
     spec_path: Path
-    gpus: dict[str, int] = field(default_factory=dict)  # resource -> whole GPUs asked for
+    gpus: dict[str, int] = field(default_factory=dict)  # extended resource -> accelerator units asked for
+    profiles: dict[str, Profile] = field(default_factory=dict)  # extended resource -> its profile
+    # DRA devices of the pod's claims this container is the first to reference: device class -> count
+    claim_devices: dict[str, int] = field(default_factory=dict)
+    claim_profiles: dict[str, Profile] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -90,11 +98,42 @@ class Container:
 
     @property
     def gpu_count(self) -> int:
-        return sum(self.gpus.values())
+        """Accelerator units this container holds: extended resources plus DRA devices attributed to it."""
+        return sum(self.gpus.values()) + sum(self.claim_devices.values())
 
     @property
     def is_init(self) -> bool:
         return self.list_name == "initContainers"
+
+    @property
+    def is_sidecar(self) -> bool:
+        """A native sidecar: an init container with ``restartPolicy: Always``, running beside the app."""
+        return self.is_init and self.body.get("restartPolicy") == "Always"
+
+    @property
+    def runs_with_app(self) -> bool:
+        """App containers and native sidecars: what runs (and holds devices) for the pod's life."""
+        return not self.is_init or self.is_sidecar
+
+    def accelerator_units(self) -> Iterator[tuple[str, int, Profile]]:
+        """(resource or device class, units, profile) of everything accelerator this container holds."""
+        for resource, count in self.gpus.items():
+            yield resource, count, self.profiles[resource]
+        for device_class, count in self.claim_devices.items():
+            yield device_class, count, self.claim_profiles[device_class]
+
+    def requests(self, names: Iterable[str]) -> dict[str, Decimal]:
+        """The container's request per resource name (the limit when no request is set, as the apiserver
+        defaults a Pod's requests from its limits)."""
+        out: dict[str, Decimal] = {}
+        for name in names:
+            value = self.resource_value("requests", name)
+            if value is None:
+                value = self.resource_value("limits", name)
+            amount = quantity.parse(value)
+            if amount is not None:
+                out[name] = amount
+        return out
 
     def resources(self, create: bool = False) -> dict | None:
         """The container's ``resources`` dict (created on demand for mutators)."""
@@ -133,6 +172,11 @@ class PodTemplate:
     spec: dict
     root: dict
     containers: list[Container]
+    # DRA devices of the pod's claims, device class -> count (each claim counted once per pod)
+    claim_devices: dict[str, int] = field(default_factory=dict)
+    claim_profiles: dict[str, Profile] = field(default_factory=dict)
+    # claims gpuguard could not read: (path, message); reported as warnings, never counted as 0 silently
+    unresolved_claims: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
     def spec_path(self) -> Path:
@@ -143,18 +187,72 @@ class PodTemplate:
         return dotted(self.ref.spec_path)
 
     @cached_property
-    def gpus_per_pod(self) -> int:
-        """A pod's effective GPU request: max(sum of app containers, largest init container).
+    def effective_gpus(self) -> dict[str, int]:
+        """The pod's effective request per accelerator resource, as the kubelet and scheduler count it,
+        plus the devices of its DRA claims (by device class).
 
-        Cached: policies never change GPU counts, and every policy asks.
+        Cached: policies never change accelerator counts, and every policy asks.
         """
-        app = sum(c.gpu_count for c in self.containers if not c.is_init)
-        init = max((c.gpu_count for c in self.containers if c.is_init), default=0)
-        return max(app, init)
+        amounts = effective_requests(self.containers, lambda c: c.gpus)
+        out = {name: int(value) for name, value in amounts.items() if value > 0}
+        for device_class, count in self.claim_devices.items():
+            out[device_class] = out.get(device_class, 0) + count
+        return out
+
+    @cached_property
+    def gpus_per_pod(self) -> int:
+        """Accelerator units one pod holds (init containers and native sidecars per the kubelet's rule)."""
+        return sum(self.effective_gpus.values())
+
+    @cached_property
+    def profile_of(self) -> dict[str, Profile]:
+        """Resource or device class -> profile, for everything this pod's containers and claims ask for."""
+        out: dict[str, Profile] = dict(self.claim_profiles)
+        for c in self.containers:
+            out.update(c.profiles)
+        return out
+
+    @cached_property
+    def per_profile(self) -> dict[str, int]:
+        """Units per profile name in one pod (what a node must hold of that accelerator)."""
+        out: dict[str, int] = {}
+        for name, count in self.effective_gpus.items():
+            profile = self.profile_of.get(name)
+            if profile is not None:
+                out[profile.name] = out.get(profile.name, 0) + count
+        return out
+
+    @cached_property
+    def profiles(self) -> list[Profile]:
+        """The distinct profiles this pod uses, in profile order of first appearance."""
+        seen: dict[str, Profile] = {}
+        for name in self.effective_gpus:
+            profile = self.profile_of.get(name)
+            if profile is not None:
+                seen.setdefault(profile.name, profile)
+        return list(seen.values())
 
     @cached_property
     def gpu_containers(self) -> list[Container]:
-        return [c for c in self.containers if c.gpus]
+        return [c for c in self.containers if c.gpus or c.claim_devices]
+
+    def pod_resources(self, section: str) -> dict[str, Any]:
+        """Pod-level ``spec.resources.<section>`` (requests|limits), ``{}`` when unset or malformed."""
+        res = self.spec.get("resources")
+        part = res.get(section) if isinstance(res, dict) else None
+        return part if isinstance(part, dict) else {}
+
+    def pod_level(self, name: str) -> bool:
+        """Whether pod-level ``spec.resources`` sets ``name`` (then it is the pod's budget for it)."""
+        return name in self.pod_resources("requests") or name in self.pod_resources("limits")
+
+    def pod_request(self, name: str) -> Decimal:
+        """The pod's effective request of a native resource: pod-level when set, else the kubelet's rule."""
+        for section in ("requests", "limits"):
+            value = quantity.parse(self.pod_resources(section).get(name))
+            if value is not None:
+                return value
+        return effective_requests(self.containers, lambda c: c.requests((name,))).get(name, Decimal(0))
 
     def metadata(self, create: bool = False) -> dict | None:
         """The template's ObjectMeta (kinds with an inlined PodSpec have none)."""
@@ -186,6 +284,7 @@ class WorkloadView:
     templates: list[PodTemplate]
     ctx: RequestContext
     owned_by_controller: bool
+    accelerators: Accelerators | None = None  # the config's profiles (for policies that look at all of them)
 
     @property
     def name(self) -> str:
@@ -212,21 +311,52 @@ class WorkloadView:
         return any(t.gpus_per_pod for t in self.templates)
 
     def gpus_by_resource(self) -> dict[str, int]:
+        """Accelerator units per resource (DRA: per device class) over the workload's pods."""
         totals: dict[str, int] = {}
         for t in self.templates:
-            for c in t.containers:
-                if c.is_init:
-                    continue
-                for resource, count in c.gpus.items():
-                    totals[resource] = totals.get(resource, 0) + count * t.ref.replicas
+            for resource, count in t.effective_gpus.items():
+                totals[resource] = totals.get(resource, 0) + count * t.ref.replicas
         return totals
 
     def pod_count(self) -> int:
         return sum(t.ref.replicas for t in self.templates)
 
 
-def _container_gpus(body: dict, is_gpu: Callable[[str], bool]) -> dict[str, int]:
-    """GPUs a container asks for, per GPU resource name.
+def effective_requests(containers: Iterable[Container],
+                       amounts: Callable[[Container], dict[str, Any]]) -> dict[str, Decimal]:
+    """A pod's effective request per resource, by the kubelet's rule.
+
+    App containers and native sidecars (init containers with ``restartPolicy: Always``) run
+    together, so their requests add up.  Each regular init container runs alone, but beside
+    the sidecars started before it.  The pod needs the larger of the two phases.
+    """
+    app: dict[str, Decimal] = {}
+    sidecars: dict[str, Decimal] = {}
+    init_peak: dict[str, Decimal] = {}
+    for c in containers:
+        values = amounts(c)
+        if not values:
+            continue
+        if not c.is_init:
+            for k, v in values.items():
+                app[k] = app.get(k, Decimal(0)) + Decimal(v)
+        elif c.is_sidecar:
+            for k, v in values.items():
+                sidecars[k] = sidecars.get(k, Decimal(0)) + Decimal(v)
+            for k, v in sidecars.items():
+                init_peak[k] = max(init_peak.get(k, Decimal(0)), v)
+        else:
+            for k in set(values) | set(sidecars):
+                running = Decimal(values.get(k, 0)) + sidecars.get(k, Decimal(0))
+                init_peak[k] = max(init_peak.get(k, Decimal(0)), running)
+    out: dict[str, Decimal] = {}
+    for k in set(app) | set(sidecars) | set(init_peak):
+        out[k] = max(app.get(k, Decimal(0)) + sidecars.get(k, Decimal(0)), init_peak.get(k, Decimal(0)))
+    return out
+
+
+def _container_gpus(body: dict, accelerators: Accelerators) -> tuple[dict[str, int], dict[str, Profile]]:
+    """Accelerator units a container asks for, per resource name, with each resource's profile.
 
     The limit counts when present (limits alone imply requests; templates carry no
     defaulted request), else the request.  Fractions round up here: the count is for
@@ -234,18 +364,36 @@ def _container_gpus(body: dict, is_gpu: Callable[[str], bool]) -> dict[str, int]
     """
     resources = body.get("resources")
     if not isinstance(resources, dict):
-        return {}
+        return {}, {}
     out: dict[str, int] = {}
+    found: dict[str, Any] = {}
     for section in ("requests", "limits"):  # limits last: they win
         values = resources.get(section)
         if not isinstance(values, dict):
             continue
         for name, raw in values.items():
-            if isinstance(name, str) and is_gpu(name):
-                amount = quantity.parse(raw)
-                if amount is not None and amount > 0:
-                    out[name] = math.ceil(amount)
-    return out
+            if isinstance(name, str) and accelerators.is_accelerator(name):
+                found[name] = raw
+    if not found:
+        return {}, {}
+    names = _resource_names(resources)
+    profiles: dict[str, Profile] = {}
+    for name, raw in found.items():
+        profile = accelerators.profile_for(name, names)
+        amount = quantity.parse(raw)
+        if profile is not None and amount is not None and amount > 0:
+            out[name] = math.ceil(amount)
+            profiles[name] = profile
+    return out, profiles
+
+
+def _resource_names(resources: dict) -> set[str]:
+    names: set[str] = set()
+    for section in ("requests", "limits"):
+        values = resources.get(section)
+        if isinstance(values, dict):
+            names.update(k for k in values if isinstance(k, str))
+    return names
 
 
 def _owned_by_controller(obj: dict) -> bool:
@@ -254,19 +402,34 @@ def _owned_by_controller(obj: dict) -> bool:
     return any(ref.get("controller") is True for _, ref in dicts(refs))
 
 
-def build_view(obj: dict, kind: KindSpec, ctx: RequestContext, is_gpu: Callable[[str], bool],
-               classify: Callable[[dict, KindSpec, bool], str]) -> WorkloadView:
-    """Find every pod template of ``obj`` (a working copy) and the GPUs each container asks for."""
+def build_view(obj: dict, kind: KindSpec, ctx: RequestContext, accelerators: Accelerators,
+               classify: Callable[[dict, KindSpec, bool], str], claims: ClaimSource | None = None) -> WorkloadView:
+    """Find every pod template of ``obj`` (a working copy) and the accelerators each container asks for.
+
+    ``claims`` resolves DRA ResourceClaimTemplates/ResourceClaims (the webhook's cached watch,
+    or the audit's input documents); without it a pod's claims are reported as unresolved.
+    """
     templates: list[PodTemplate] = []
+    namespace = _namespace(obj, ctx)
     for ref in kind.locate(obj):
         spec = get_path(obj, ref.spec_path)
         if not isinstance(spec, dict):
             continue
-        containers = [
-            Container(i, list_name, body, ref.spec_path, _container_gpus(body, is_gpu))
-            for list_name in ("containers", "initContainers")
-            for i, body in dicts(spec.get(list_name))
-        ]
-        templates.append(PodTemplate(ref, spec, obj, containers))
+        containers = []
+        for list_name in ("containers", "initContainers"):
+            for i, body in dicts(spec.get(list_name)):
+                gpus, profiles = _container_gpus(body, accelerators)
+                containers.append(Container(i, list_name, body, ref.spec_path, gpus, profiles))
+        template = PodTemplate(ref, spec, obj, containers)
+        if spec.get("resourceClaims"):
+            from webhook.claims import attach_claims  # only pods with DRA claims pay for the import
+            attach_claims(template, namespace, accelerators, claims)
+        templates.append(template)
     owned = kind.kind == "Pod" and _owned_by_controller(obj)
-    return WorkloadView(obj, kind, classify(obj, kind, owned), templates, ctx, owned)
+    return WorkloadView(obj, kind, classify(obj, kind, owned), templates, ctx, owned, accelerators)
+
+
+def _namespace(obj: dict, ctx: RequestContext) -> str | None:
+    meta = obj.get("metadata")
+    ns = meta.get("namespace") if isinstance(meta, dict) else None
+    return ns if isinstance(ns, str) and ns else ctx.namespace

@@ -74,14 +74,24 @@ def test_narrower_toleration_gets_the_wider_one_added():
     assert len(template_specs(out)[0]["tolerations"]) == 3
 
 
-def test_tolerations_per_resource_from_config():
-    engine = only("gpu-tolerations", 'tolerations: {"amd.com/gpu": [{key: amd.com/gpu}]}')
+def test_tolerations_per_accelerator_profile_from_config():
+    engine = Engine(parse_config_text(
+        BASE + "accelerators:\n- {name: amd-gpu, tolerations: [{key: gpu-pool, operator: Equal, value: amd}]}\n"
+        "- {name: nvidia-gpu, tolerations: []}\n"
+        "policies:\n" + "\n".join(f"  {p}: {{action: off}}" for p in _ids() if p != "gpu-tolerations") + "\n"))
     spec = pvc_pod_spec()
     spec["containers"][0]["resources"] = {"limits": {"amd.com/gpu": 1}}
-    out = engine.evaluate(make("Pod", spec)).mutated
-    assert out["spec"]["tolerations"] == [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    out = evaluate_twice(engine, make("Pod", spec)).mutated
+    assert out["spec"]["tolerations"] == [{"key": "gpu-pool", "operator": "Equal", "value": "amd",
+                                           "effect": "NoSchedule"}]
     nvidia = engine.evaluate(make("Pod", pvc_pod_spec()))
     assert nvidia.patch == []
+
+
+def _ids() -> list[str]:
+    from policies import REGISTRY
+
+    return list(REGISTRY)
 
 
 # ---------------------------------------------------------------- gpu-node-affinity
@@ -117,14 +127,22 @@ def test_node_selector_on_the_label_is_respected():
 
 
 def test_preferred_product_and_keep_cpu_pods_off():
-    engine = only("gpu-node-affinity", "preferredProducts: [NVIDIA-H100-80GB-HBM3], keepNonGpuPodsOff: true")
+    engine = Engine(parse_config_text(
+        BASE + "accelerators:\n- name: nvidia-gpu\n  preferred: [{key: nvidia.com/gpu.product, "
+        "values: [NVIDIA-H100-80GB-HBM3]}]\npolicies:\n"
+        + "\n".join(f"  {p}: {{action: off}}" for p in _ids() if p != "gpu-node-affinity")
+        + "\n  gpu-node-affinity: {keepNonGpuPodsOff: true}\n"))
     out = evaluate_twice(engine, make("Job", pvc_pod_spec())).mutated
     pref = template_specs(out)[0]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert pref[0]["preference"]["matchExpressions"][0]["values"] == ["NVIDIA-H100-80GB-HBM3"]
     cpu = evaluate_twice(engine, make("Deployment", {"containers": [cpu_container()]})).mutated
     expr = template_specs(cpu)[0]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"][0]
+    exprs = template_specs(cpu)[0]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"]
     assert expr["operator"] == "NotIn"
+    # every profile's node selection is negated: TPU nodes too, not only NVIDIA ones
+    assert {"key": "cloud.google.com/gke-tpu-accelerator", "operator": "DoesNotExist"} in exprs
 
 
 # ---------------------------------------------------------------- default-resources
@@ -153,8 +171,11 @@ def test_default_resources_never_lower_user_values_and_sidecars_are_flat():
 
 
 def test_default_resources_settings_and_non_gpu_pods():
-    engine = only("default-resources", 'perGpu: {cpu: "12", memory: 96Gi, ephemeralStorage: 10Gi}, '
-                  "memoryLimitFactor: {notebook: 2.0}, setCpuLimit: true, applyToNonGpuPods: true")
+    engine = Engine(parse_config_text(
+        BASE + 'accelerators:\n- {name: nvidia-gpu, sizing: {cpu: "12", memory: 96Gi, ephemeralStorage: 10Gi}}\n'
+        "policies:\n" + "\n".join(f"  {p}: {{action: off}}" for p in _ids() if p != "default-resources")
+        + "\n  default-resources: {memoryLimitFactor: {notebook: 2.0}, setCpuLimit: true, "
+        "applyToNonGpuPods: true}\n"))
     out = engine.evaluate(make("Notebook", pvc_pod_spec())).mutated
     res = template_specs(out)[0]["containers"][0]["resources"]
     assert res["requests"]["cpu"] == "12" and res["limits"]["cpu"] == "12"
@@ -255,7 +276,7 @@ def test_job_limits_not_for_inference():
 
 
 # ---------------------------------------------------------------- shm-volume
-@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k not in ("RayJob", "RayCluster")])
 def test_shm_volume_on_every_kind(kind):
     out = evaluate_twice(only("shm-volume"), make(kind, pvc_pod_spec())).mutated
     for spec in template_specs(out):

@@ -139,7 +139,7 @@ def test_unbounded_burstable_and_floor_warning():
     assert "unbounded Burstable" in hits["gpu-memory-guard"][0].message
     spec["containers"][0]["resources"]["limits"]["memory"] = "8Gi"
     hits = policies_hit(only("gpu-memory-guard"), make("Job", spec))
-    assert hits["gpu-memory-guard"][0].verdict == "warn" and "8Gi per GPU" in hits["gpu-memory-guard"][0].message
+    assert hits["gpu-memory-guard"][0].verdict == "warn" and "8Gi per device" in hits["gpu-memory-guard"][0].message
     spec["containers"][0]["resources"]["limits"]["memory"] = "64Gi"
     assert policies_hit(only("gpu-memory-guard"), make("Job", spec)) == {}
 
@@ -158,10 +158,10 @@ def _with_gpu_resources(resources: dict) -> dict:
 
 @pytest.mark.parametrize("kind", ALL_KINDS)
 @pytest.mark.parametrize("resources,word", [
-    ({"limits": {"nvidia.com/gpu": "0.5"}}, "whole devices"),
+    ({"limits": {"nvidia.com/gpu": "0.5"}}, "whole units"),
     ({"requests": {"nvidia.com/gpu": 1}}, "without a limit"),
     ({"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}}, "differs from limits"),
-    ({"limits": {"nvidia.com/gpu": 16}}, "largest node has 8"),
+    ({"limits": {"nvidia.com/gpu": 16}}, "a node has at most 8"),
 ])
 def test_request_shape_denials(kind, resources, word):
     hits = policies_hit(only("gpu-request-shape"), make(kind, _with_gpu_resources(resources)))
@@ -180,7 +180,7 @@ def test_request_shape_accepts_equal_request_and_limit_and_checks_workload_total
     assert policies_hit(only("gpu-request-shape"), make("Job", ok)) == {}
     big = make("PyTorchJob", _with_gpu_resources({"limits": {"nvidia.com/gpu": 8}}), replicas=8)
     hits = policies_hit(only("gpu-request-shape"), big)
-    assert "72 GPUs in all" in hits["gpu-request-shape"][0].message
+    assert "72 accelerators in all" in hits["gpu-request-shape"][0].message
 
 
 def test_request_shape_node_cpu_and_memory():
