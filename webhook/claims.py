@@ -119,8 +119,8 @@ class StaticClaims:
 
     def lookup(self, kind: ClaimKind, namespace: str | None, name: str) -> list[DeviceRequest] | None:
         found = self._claims.get((kind, namespace, name))
-        if found is None and namespace in (None, "default"):  # files often leave the namespace out
-            found = self._claims.get((kind, None, name)) or self._claims.get((kind, "default", name))
+        if found is None:  # files often leave the namespace out: such an object goes wherever the pod goes
+            found = self._claims.get((kind, None, name))
         return found
 
     def why_unknown(self) -> str:

@@ -28,6 +28,7 @@ from webhook.audit import catalog as catalog_mod
 from webhook.audit import cost, inputs, mutation
 from webhook.audit.formats import FORMATS, HUMAN_FORMATS, RenderOptions, render
 from webhook.audit.run import EXIT_ERROR, FAIL_ON, AuditItem, AuditReport, evaluate_all, file_context
+from webhook.claims import StaticClaims
 
 EXIT_USAGE = 2
 
@@ -221,7 +222,10 @@ def run_audit(args: argparse.Namespace) -> int:
                         continue
                     yield doc
 
-            pairs = ((doc, file_context(doc.obj, default_ns, labels)) for doc in documents())
+            # DRA: claim templates and claims in the same input resolve the pods' resourceClaims.
+            docs = list(documents())
+            engine.claims = StaticClaims((d.obj for d in docs if d.obj is not None), origin="the audited files")
+            pairs = ((doc, file_context(doc.obj, default_ns, labels)) for doc in docs)
             items.extend(evaluate_all(pairs, engine.evaluate, prices, on_item=count))
             if ignored:
                 notes.append(f"{ignored} documents that are not Kubernetes objects were ignored "
@@ -271,6 +275,7 @@ def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, i
             progress.update(task, objects=listed)
 
     try:
+        engine.claims = lister.claims()  # DRA claim templates and claims, listed once
         items.extend(evaluate_all(lister.objects(on_kind), engine.evaluate, prices, on_item=on_item))
     except ClusterError as exc:
         _error(str(exc))
