@@ -24,7 +24,6 @@ from pydantic import Field, field_validator
 
 from policies.base import ConfigModel, Policy, PolicySettings
 from webhook import quantity
-from webhook.accelerators import NO_SIZE
 from webhook.workload import Container, PodTemplate, WorkloadView, child_dict
 
 
@@ -71,17 +70,6 @@ def _bytes(value: Decimal) -> str:
     return quantity.format_bytes(Decimal(math.ceil(value / mib) * mib))
 
 
-def _accelerator_size(container: Container):
-    """What the container's accelerators need beside them (``NO_SIZE`` where profiles size nothing)."""
-    res = container.resources() or {}
-    merged = {**(res.get("requests") or {}), **(res.get("limits") or {})} if all(
-        isinstance(res.get(k), dict | None) for k in ("requests", "limits")) else {}
-    total = NO_SIZE
-    for resource, count, profile in container.accelerator_units():
-        total = total.plus(profile.size_for(resource, count, merged))
-    return total
-
-
 def _fill(container: Container, name: str, request: Decimal, limit_factor: float | None, fmt) -> bool:
     """Set ``name``'s request and limit where missing, never below what the user set."""
     resources = container.resources(create=True)
@@ -104,7 +92,7 @@ def _fill(container: Container, name: str, request: Decimal, limit_factor: float
 
 def _size_container(container: Container, template: PodTemplate, settings: Settings, memory_factor: float) -> bool:
     if container.gpu_count:
-        size = _accelerator_size(container)
+        size = container.companion_size()
         cpu, memory, disk = size.cpu, size.memory, size.ephemeral_storage
     else:
         flat = settings.non_gpu

@@ -12,13 +12,12 @@ device: a slice (MIG, shared, vGPU) needs its fraction of it.  A pod-level memor
 from __future__ import annotations
 
 from collections.abc import Iterator
-from decimal import Decimal
 
 from pydantic import Field
 
 from policies.base import Finding, Policy, PolicySettings
 from webhook import quantity
-from webhook.workload import Container, PodTemplate, WorkloadView
+from webhook.workload import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):
@@ -35,15 +34,6 @@ def _best_effort(template: PodTemplate) -> bool:
             if isinstance(values, dict) and ("cpu" in values or "memory" in values):
                 return False
     return True
-
-
-def _devices(container: Container) -> Decimal:
-    """Whole-device equivalents the container holds (a 1g MIG slice is 1/7)."""
-    res = container.resources() or {}
-    merged = {**(res.get("requests") or {}), **(res.get("limits") or {})} if all(
-        isinstance(res.get(k), dict | None) for k in ("requests", "limits")) else {}
-    return sum((profile.fraction(name, merged) * count for name, count, profile in container.accelerator_units()),
-               Decimal(0))
 
 
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
@@ -63,7 +53,7 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                               "set resources.limits.memory (e.g. 64Gi per GPU) or enable default-resources",
                               container.name)
                 continue
-            devices = _devices(container)
+            devices = container.device_equivalents()
             if floor is not None and devices > 0 and limit / devices < floor:
                 per_gpu = quantity.format_bytes(limit / devices)
                 yield Finding(container.path, f"memory limit is {per_gpu} per device, under the "

@@ -23,7 +23,7 @@ from webhook.decision import RequestContext
 from webhook.kinds import KindSpec, Path, TemplateRef, get_path
 
 if TYPE_CHECKING:  # runtime import would be circular through policies -> workload
-    from webhook.accelerators import Accelerators, Profile
+    from webhook.accelerators import Accelerators, Profile, Size
     from webhook.claims import ClaimSource
 
 WORKLOAD_CLASS_LABEL = "gpuguard.io/workload-class"
@@ -121,6 +121,29 @@ class Container:
             yield resource, count, self.profiles[resource]
         for device_class, count in self.claim_devices.items():
             yield device_class, count, self.claim_profiles[device_class]
+
+    def _quantities(self) -> dict[str, Any]:
+        """requests overlaid with limits: what sharing layers read (e.g. vGPU cores in percent)."""
+        res = self.resources() or {}
+        requests, limits = res.get("requests"), res.get("limits")
+        if not isinstance(requests, dict | None) or not isinstance(limits, dict | None):
+            return {}
+        return {**(requests or {}), **(limits or {})}
+
+    def companion_size(self) -> Size:
+        """CPU/memory/ephemeral storage this container's accelerators need beside them, by their profiles."""
+        from webhook.accelerators import NO_SIZE
+
+        total, quantities = NO_SIZE, self._quantities()
+        for resource, count, profile in self.accelerator_units():
+            total = total.plus(profile.size_for(resource, count, quantities))
+        return total
+
+    def device_equivalents(self) -> Decimal:
+        """Whole devices this container holds (a 1g MIG slice is 1/7 of one)."""
+        quantities = self._quantities()
+        return sum((profile.fraction(name, quantities) * count for name, count, profile in self.accelerator_units()),
+                   Decimal(0))
 
     def requests(self, names: Iterable[str]) -> dict[str, Decimal]:
         """The container's request per resource name (the limit when no request is set, as the apiserver
