@@ -187,7 +187,8 @@ def test_a_claim_template_counts_its_devices_and_sizes_the_container():
 
 
 def test_a_shared_claim_and_allocation_mode_all():
-    claim = {"apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceClaim", "metadata": {"name": "all", "namespace": "ml"},
+    claim = {"apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceClaim",
+             "metadata": {"name": "all", "namespace": "ml"},
              "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com",
                                                                         "allocationMode": "All"}}]}}}
     view = view_of(claim_pod({"resourceClaimName": "all"}), StaticClaims([claim]))
