@@ -4,9 +4,13 @@ Accelerator containers are sized by their profile (``webhook/accelerators.py``):
 device (match the node shape: a node with 8 GPUs, 96 CPUs and 1 TiB gives ~12 CPUs and
 ~128Gi per GPU), per slice as its fraction of the parent device (a MIG 1g slice gets a
 seventh of a GPU's share, so the added requests fit the node and a Kueue quota), or not
-at all; other containers get flat values.  With pod-level ``spec.resources`` (Kubernetes
-1.32+) a resource the pod sets at pod level is its budget: gpuguard adds no container
-values for it, since container requests over the pod's would be rejected.  A memory
+at all; other containers get flat values.
+
+A pod with pod-level ``spec.resources`` (Kubernetes 1.32+) has declared its budget, and the
+apiserver requires the pod-level requests to cover the sum of the containers' (a real
+1.33 apiserver rejects even a container ephemeral-storage request the pod level does not
+cover), so gpuguard adds nothing to such a pod's containers: what it would add could only
+push them over the pod's budget.  A memory
 limit is added (equal to the request by default), because a GPU pod without one is
 BestEffort or unbounded Burstable: first to be evicted, or free to OOM its neighbours.
 
@@ -91,6 +95,8 @@ def _fill(container: Container, name: str, request: Decimal, limit_factor: float
 
 
 def _size_container(container: Container, template: PodTemplate, settings: Settings, memory_factor: float) -> bool:
+    if template.has_pod_resources:
+        return False  # the pod's own budget (see the module docstring)
     if container.gpu_count:
         size = container.companion_size()
         cpu, memory, disk = size.cpu, size.memory, size.ephemeral_storage
@@ -98,11 +104,11 @@ def _size_container(container: Container, template: PodTemplate, settings: Setti
         flat = settings.non_gpu
         cpu, memory, disk = (_scaled(flat.cpu, 1), _scaled(flat.memory, 1), _scaled(flat.ephemeral_storage, 1))
     changed = False
-    if cpu is not None and not template.pod_level("cpu"):
+    if cpu is not None:
         changed |= _fill(container, "cpu", cpu, 1.0 if settings.set_cpu_limit else None, _cpu)
-    if memory is not None and not template.pod_level("memory"):
+    if memory is not None:
         changed |= _fill(container, "memory", memory, memory_factor, _bytes)
-    if disk is not None:  # ephemeral-storage has no pod-level form
+    if disk is not None:
         changed |= _fill(container, "ephemeral-storage", disk, settings.ephemeral_storage_limit_factor, _bytes)
     return changed
 
@@ -126,7 +132,7 @@ POLICY = Policy(
     run=mutate,
     description="Adds missing CPU, memory and ephemeral-storage requests and limits: by each accelerator "
     "profile's sizing (per device, per slice, or none) for accelerator containers, flat for the others; "
-    "never lowers a value the user set, and adds nothing the pod sets at pod level (spec.resources).",
+    "never lowers a value the user set, and adds nothing to a pod with pod-level spec.resources (its budget).",
     rationale="A GPU pod with only a GPU limit is BestEffort: evicted first under memory pressure and "
     "free to starve its data loaders; right-sized requests keep a node's GPUs usable.",
     example="""\

@@ -265,9 +265,10 @@ class PodTemplate:
         part = res.get(section) if isinstance(res, dict) else None
         return part if isinstance(part, dict) else {}
 
-    def pod_level(self, name: str) -> bool:
-        """Whether pod-level ``spec.resources`` sets ``name`` (then it is the pod's budget for it)."""
-        return name in self.pod_resources("requests") or name in self.pod_resources("limits")
+    @property
+    def has_pod_resources(self) -> bool:
+        """Whether the pod declares pod-level ``spec.resources`` (its own budget for the containers)."""
+        return bool(self.pod_resources("requests") or self.pod_resources("limits"))
 
     def pod_request(self, name: str) -> Decimal:
         """The pod's effective request of a native resource: pod-level when set, else the kubelet's rule."""
