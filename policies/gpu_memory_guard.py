@@ -25,8 +25,8 @@ class Settings(PolicySettings):
 
 
 def _best_effort(template: PodTemplate) -> bool:
-    if any(n in template.pod_resources(s) for s in ("requests", "limits") for n in ("cpu", "memory")):
-        return False
+    if template.has_pod_resources:
+        return False  # pod-level resources are cpu/memory (or hugepages): not BestEffort
     for container in template.containers:
         res = container.resources() or {}
         for section in ("requests", "limits"):

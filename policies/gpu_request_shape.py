@@ -78,8 +78,10 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
         yield from _node_caps(template)
         for name, limit_text in (("cpu", settings.max_cpu_per_node), ("memory", settings.max_memory_per_node)):
             limit = quantity.parse(limit_text)
+            if limit is None:
+                continue
             asked = template.pod_request(name)
-            if limit is not None and asked > limit:
+            if asked > limit:
                 yield Finding(template.spec_path, f"a pod requests {name} {asked} but the largest GPU node has "
                               f"{limit_text}: it would pend forever", f"request at most {limit_text} {name} per pod")
     total = view.total_gpus

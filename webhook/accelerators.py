@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from fnmatch import fnmatchcase
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -190,24 +190,28 @@ class Size:
     memory: Decimal | None
     ephemeral_storage: Decimal | None
 
-    def scaled(self, factor: Decimal) -> Size:
-        def mul(v: Decimal | None) -> Decimal | None:
-            return None if v is None else v * factor
-        return Size(mul(self.cpu), mul(self.memory), mul(self.ephemeral_storage))
+    def scaled(self, factor: Decimal | int) -> Size:
+        cpu, memory, disk = self.cpu, self.memory, self.ephemeral_storage
+        return Size(None if cpu is None else cpu * factor, None if memory is None else memory * factor,
+                    None if disk is None else disk * factor)
 
     def plus(self, other: Size) -> Size:
-        def add(a: Decimal | None, b: Decimal | None) -> Decimal | None:
-            if a is None:
-                return b
-            return a if b is None else a + b
-        return Size(add(self.cpu, other.cpu), add(self.memory, other.memory),
-                    add(self.ephemeral_storage, other.ephemeral_storage))
+        if self is NO_SIZE:
+            return other
+        return Size(_add(self.cpu, other.cpu), _add(self.memory, other.memory),
+                    _add(self.ephemeral_storage, other.ephemeral_storage))
+
+
+def _add(a: Decimal | None, b: Decimal | None) -> Decimal | None:
+    if a is None:
+        return b
+    return a if b is None else a + b
 
 
 NO_SIZE = Size(None, None, None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Profile:
     """A compiled accelerator profile (what the policies read)."""
 
@@ -231,9 +235,13 @@ class Profile:
     def whole_only(self) -> bool:
         return self.spec.whole_only
 
-    @property
+    @cached_property
     def is_slice(self) -> bool:
         return self.spec.sizing.mode == "perSlice"
+
+    @cached_property
+    def sizing_mode(self) -> str:
+        return self.spec.sizing.mode
 
     def fraction(self, resource: str, container_resources: Mapping[str, Any] | None = None) -> Decimal:
         """The share of a whole device one unit of ``resource`` is (1 for whole devices)."""
@@ -255,8 +263,11 @@ class Profile:
 
     def size_for(self, resource: str, count: int, container_resources: Mapping[str, Any] | None = None) -> Size:
         """Companion requests for ``count`` units of ``resource`` in one container."""
-        if self.spec.sizing.mode == "none" or count <= 0:
+        mode = self.sizing_mode
+        if mode == "none" or count <= 0:
             return NO_SIZE
+        if mode == "perDevice":
+            return self.per_device.scaled(count)
         return self.per_device.scaled(self.fraction(resource, container_resources) * count)
 
 
@@ -281,6 +292,7 @@ class Accelerators:
         self.profiles: tuple[Profile, ...] = tuple(Profile(s.name, s, self._per_device(s, by_name)) for s in live)
         self.by_name = {p.name: p for p in self.profiles}
         self._candidates = lru_cache(maxsize=2048)(self._candidates_uncached)
+        self._wanted_cache: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
         self._for_class = lru_cache(maxsize=512)(self._for_class_uncached)
 
     @staticmethod
@@ -305,21 +317,41 @@ class Accelerators:
         """Whether ``resource`` is an accelerator under some profile (used for the fast first pass)."""
         return bool(self._candidates(resource))
 
-    def profile_for(self, resource: str, container_resources: Iterable[str] = ()) -> Profile | None:
-        """The first profile for ``resource`` whose ``whenAlsoRequested`` condition holds."""
+    def profile_for(self, resource: str, container_resources: Iterable[str] = (),
+                    resources: Mapping[str, Any] | None = None) -> Profile | None:
+        """The first profile for ``resource`` whose ``whenAlsoRequested`` condition holds.
+
+        The container's other resource names come as ``container_resources``, or are read from its
+        ``resources`` dict (requests and limits) only if a candidate profile needs them.
+        """
         candidates = self._candidates(resource)
         if not candidates:
             return None
-        names = None
+        names: set[str] | None = None
         for profile in candidates:
             wanted = profile.spec.when_also_requested
             if not wanted:
                 return profile
             if names is None:
                 names = set(container_resources)
-            if any(fnmatchcase(n, pat) for n in names for pat in wanted):
+                for section in ("requests", "limits"):
+                    values = resources.get(section) if resources is not None else None
+                    if isinstance(values, dict):
+                        names.update(k for k in values if isinstance(k, str))
+            exact, globs = self._wanted(profile.name)
+            if not exact.isdisjoint(names) or any(fnmatchcase(n, pat) for n in names for pat in globs):
                 return profile
         return None
+
+    def _wanted(self, name: str) -> tuple[frozenset[str], tuple[str, ...]]:
+        """A profile's ``whenAlsoRequested`` split into exact names (a set test) and globs (compiled once)."""
+        cached = self._wanted_cache.get(name)
+        if cached is None:
+            patterns = self.by_name[name].spec.when_also_requested
+            cached = (frozenset(p for p in patterns if not any(ch in p for ch in "*?[")),
+                      tuple(p for p in patterns if any(ch in p for ch in "*?[")))
+            self._wanted_cache[name] = cached
+        return cached
 
     def _for_class_uncached(self, device_class: str) -> Profile | None:
         for profile in self.profiles:
