@@ -254,3 +254,30 @@ def test_explain_shm_volume_says_kuberay_is_left_alone():
     from policies import REGISTRY
 
     assert "KubeRay" in REGISTRY["shm-volume"].description
+
+
+# ---------------------------------------------------------------- the CLI shells resolve claims from their input
+def test_evaluate_and_audit_resolve_claims_from_the_same_file(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    example = root / "examples" / "dra-gpu-pod.yaml"
+    evaluate = subprocess.run([sys.executable, "-m", "webhook.cli", "evaluate", str(example), "--format", "json"],
+                              capture_output=True, text=True, cwd=root, timeout=60)
+    (template, pod_result) = json.loads(evaluate.stdout)
+    assert pod_result["kind"] == "Pod" and pod_result["gpusByResource"] == {"gpu.nvidia.com": 2}
+    audit = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", str(example), "--format", "json"],
+                           capture_output=True, text=True, cwd=root, timeout=60)
+    results = {r["kind"]: r for r in json.loads(audit.stdout)["results"]}
+    assert results["Pod"]["gpus"] == 2
+    # alone, the pod's claim can't be resolved: a warning, not a silent zero
+    only_pod = tmp_path / "pod.yaml"
+    only_pod.write_text(example.read_text().split("---\n", 1)[1])
+    audit = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", str(only_pod), "--format", "json"],
+                           capture_output=True, text=True, cwd=root, timeout=60)
+    (result,) = json.loads(audit.stdout)["results"]
+    assert result["gpus"] == 0
+    assert any(v["policy"] == "gpu-request-shape" and v["action"] == "warn" and
+               "it is not in the audited files" in v["message"] for v in result["violations"])
