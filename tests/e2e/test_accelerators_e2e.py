@@ -9,6 +9,7 @@ with ``--dra-claims``, watching claim templates through the same apiserver.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -17,7 +18,7 @@ import yaml
 
 from tests.e2e.cluster.controlplane import ControlPlane
 from tests.e2e.cluster.fixtures import require_control_plane
-from tests.e2e.gpuguard_process import DEFAULT_CONFIG, GpuguardServer
+from tests.e2e.gpuguard_process import DEFAULT_CONFIG, GpuguardServer, gpuguard
 
 pytestmark = pytest.mark.e2e
 
@@ -204,3 +205,14 @@ def test_pod_level_resources_with_an_extended_resource_fail_on_1_33_for_the_user
     assert result.returncode != 0 and "spec.resources.requests[nvidia.com/gpu]" in result.stderr
     for added in ("ephemeral-storage", "requests[cpu]", "requests[memory]"):
         assert added not in result.stderr
+
+
+def test_audit_cluster_resolves_claims_from_the_cluster(dra):
+    cp, ns = dra
+    create(cp, _claim_pod(ns, "audited", "two-gpus"))
+    report = gpuguard("audit", "--cluster", "--kubeconfig", str(cp.kubeconfig), "-n", ns, "--format", "json",
+                      "--fail-on", "never", env=cp.env)
+    results = {r["name"]: r for r in json.loads(report.stdout)["results"] if r["kind"] == "Pod"}
+    assert results["audited"]["gpus"] == 2
+    assert results["audited"]["gpusByResource"] == {"gpu.nvidia.com": 2}
+    assert not any("could not be resolved" in v["message"] for v in results["audited"]["violations"])
