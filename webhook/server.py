@@ -355,7 +355,7 @@ def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI
         runtime.namespaces = NamespaceLabels.from_kubeconfig(settings.kubeconfig)
     if settings.dra_claims:
         from certs.inject import make_api_client
-        from webhook.claims import start_shared_watch
+        from webhook.claimwatch import start_shared_watch
 
         start_shared_watch(make_api_client(settings.kubeconfig))
 
