@@ -337,9 +337,11 @@ class Accelerators:
                 for section in ("requests", "limits"):
                     values = resources.get(section) if resources is not None else None
                     if isinstance(values, dict):
-                        names.update(k for k in values if isinstance(k, str))
+                        names.update(values)  # JSON keys: strings
             exact, globs = self._wanted(profile.name)
-            if not exact.isdisjoint(names) or any(fnmatchcase(n, pat) for n in names for pat in globs):
+            if not exact.isdisjoint(names):
+                return profile
+            if globs and any(fnmatchcase(str(n), pat) for n in names for pat in globs):
                 return profile
         return None
 
