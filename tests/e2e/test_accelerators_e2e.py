@@ -216,3 +216,17 @@ def test_audit_cluster_resolves_claims_from_the_cluster(dra):
     assert results["audited"]["gpus"] == 2
     assert results["audited"]["gpusByResource"] == {"gpu.nvidia.com": 2}
     assert not any("could not be resolved" in v["message"] for v in results["audited"]["violations"])
+
+
+def test_the_claim_watch_forgets_a_deleted_template(dra):
+    cp, ns = dra
+    cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(_claim_template(ns, "short-lived", 1)))
+
+    def warned(expect_warning: bool) -> bool:
+        probe = _claim_pod(ns, "probe", "short-lived")
+        result = cp.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(probe), check=False)
+        return result.returncode == 0 and ("could not be resolved" in result.stderr) == expect_warning
+
+    cp.wait_for(lambda: warned(False), timeout=30, interval=1, message="the watch has the new template")
+    cp.kubectl("delete", "resourceclaimtemplate", "short-lived", "-n", ns)
+    cp.wait_for(lambda: warned(True), timeout=30, interval=1, message="the watch forgot the deleted template")
