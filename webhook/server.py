@@ -481,7 +481,7 @@ def _check_kube_credentials(kubeconfig: str | None) -> None:
     try:
         NamespaceLabels.from_kubeconfig(kubeconfig)
     except InjectError as exc:
-        raise StartupError(f"--namespace-labels: {exc}") from None
+        raise StartupError(f"--namespace-labels/--dra-claims: {exc}") from None
 
 
 def run_serve(args: argparse.Namespace) -> int:
