@@ -281,3 +281,14 @@ def test_evaluate_and_audit_resolve_claims_from_the_same_file(tmp_path):
     assert result["gpus"] == 0
     assert any(v["policy"] == "gpu-request-shape" and v["action"] == "warn" and
                "it is not in the audited files" in v["message"] for v in result["violations"])
+
+
+@pytest.mark.parametrize("device_class,profile,cpu_per_device", [
+    ("gpu.nvidia.com", "nvidia-gpu-dra", Decimal(8)), ("mig.nvidia.com", "nvidia-mig-dra", Decimal("1.142856")),
+    ("gpu.intel.com", "intel-gpu", Decimal(4)), ("neuron.aws.com", "neuron-device", Decimal(3)),
+])
+def test_every_shipped_device_class_has_its_profile_and_sizing(device_class, profile, cpu_per_device):
+    rct = {**RCT, "spec": {"spec": {"devices": {"requests": [{"name": "d", "deviceClassName": device_class}]}}}}
+    template = view_of(claim_pod({"resourceClaimTemplateName": "two-gpus"}), StaticClaims([rct])).templates[0]
+    assert template.profiles[0].name == profile and template.gpus_per_pod == 1
+    assert template.containers[0].companion_size().cpu == cpu_per_device
