@@ -12,6 +12,7 @@ Never asserts anything; prints the figures.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -40,7 +41,8 @@ for _ in range(200 + n):
 
 def instructions(root: Path, creates: int) -> int:
     out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
-                          WORKLOAD, str(root), str(creates)], capture_output=True, text=True, timeout=1800)
+                          WORKLOAD, str(root), str(creates)], capture_output=True, text=True, timeout=1800,
+                         env={**os.environ, "PYTHONHASHSEED": "0"})  # same dict/set layout every run
     match = re.search(r"Collected : (\d+)", out.stderr)
     if not match:
         raise SystemExit(f"callgrind gave no count for {root}:\n{out.stderr[-2000:]}")
