@@ -108,3 +108,10 @@ def custom_objects(api: Any) -> Any:
 def admissionregistration_v1(api: Any) -> Any:
     """Mutating and validating webhook configurations."""
     return _client.AdmissionregistrationV1Api(api)
+
+
+def watcher() -> Any:
+    """A ``kubernetes.watch.Watch``: streams list-then-watch events (the server's cached watches)."""
+    from kubernetes import watch
+
+    return watch.Watch()

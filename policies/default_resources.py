@@ -1,7 +1,16 @@
 """default-resources: CPU, memory and ephemeral-storage requests and limits where missing.
 
-GPU containers are sized per GPU (match the node shape: a node with 8 GPUs, 96 CPUs and
-1 TiB gives ~12 CPUs and ~128Gi per GPU), other containers get flat values.  A memory
+Accelerator containers are sized by their profile (``workloads/accelerators.py``): per whole
+device (match the node shape: a node with 8 GPUs, 96 CPUs and 1 TiB gives ~12 CPUs and
+~128Gi per GPU), per slice as its fraction of the parent device (a MIG 1g slice gets a
+seventh of a GPU's share, so the added requests fit the node and a Kueue quota), or not
+at all; other containers get flat values.
+
+A pod with pod-level ``spec.resources`` (Kubernetes 1.32+) has declared its budget, and the
+apiserver requires the pod-level requests to cover the sum of the containers' (a real
+1.33 apiserver rejects even a container ephemeral-storage request the pod level does not
+cover), so gpuguard adds nothing to such a pod's containers: what it would add could only
+push them over the pod's budget.  A memory
 limit is added (equal to the request by default), because a GPU pod without one is
 BestEffort or unbounded Burstable: first to be evicted, or free to OOM its neighbours.
 
@@ -12,6 +21,7 @@ the request.
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 
 from pydantic import Field, field_validator
@@ -19,7 +29,7 @@ from pydantic import Field, field_validator
 from policies.base import ConfigModel, MutatingPolicy, PolicySettings
 from workloads import quantity
 from workloads.paths import child_dict
-from workloads.view import Container, WorkloadView
+from workloads.view import Container, PodTemplate, WorkloadView
 
 
 class Size(ConfigModel):
@@ -36,8 +46,6 @@ class Size(ConfigModel):
 
 
 class Settings(PolicySettings):
-    per_gpu: Size = Field(default_factory=lambda: Size(cpu="8", memory="64Gi", ephemeral_storage="50Gi"),
-                          description="Requests per GPU for GPU containers.")
     non_gpu: Size = Field(default_factory=lambda: Size(cpu="500m", memory="1Gi", ephemeral_storage="2Gi"),
                           description="Requests for containers without GPUs.")
     memory_limit_factor: dict[str, float] = Field(
@@ -52,6 +60,19 @@ class Settings(PolicySettings):
 def _scaled(text: str, factor: int | float | Decimal) -> Decimal:
     value = quantity.parse(text)
     return (value or Decimal(0)) * Decimal(str(factor))
+
+
+def _cpu(value: Decimal) -> str:
+    """Whole millicores, rounded up (a slice's share is rarely a round number)."""
+    return quantity.format_cpu(Decimal(math.ceil(value * 1000)) / 1000)
+
+
+def _bytes(value: Decimal) -> str:
+    """Whole MiB, rounded up, unless the value is already whole bytes of a round size."""
+    mib = 2**20
+    if value == value.to_integral_value() and (value % mib == 0 or value < mib):
+        return quantity.format_bytes(value)
+    return quantity.format_bytes(Decimal(math.ceil(value / mib) * mib))
 
 
 def _fill(container: Container, name: str, request: Decimal, limit_factor: float | None, fmt) -> bool:
@@ -74,6 +95,25 @@ def _fill(container: Container, name: str, request: Decimal, limit_factor: float
     return changed
 
 
+def _size_container(container: Container, template: PodTemplate, settings: Settings, memory_factor: float) -> bool:
+    if template.has_pod_resources:
+        return False  # the pod's own budget (see the module docstring)
+    if container.gpu_count:
+        size = container.companion_size()
+        cpu, memory, disk = size.cpu, size.memory, size.ephemeral_storage
+    else:
+        flat = settings.non_gpu
+        cpu, memory, disk = (_scaled(flat.cpu, 1), _scaled(flat.memory, 1), _scaled(flat.ephemeral_storage, 1))
+    changed = False
+    if cpu is not None:
+        changed |= _fill(container, "cpu", cpu, 1.0 if settings.set_cpu_limit else None, _cpu)
+    if memory is not None:
+        changed |= _fill(container, "memory", memory, memory_factor, _bytes)
+    if disk is not None:
+        changed |= _fill(container, "ephemeral-storage", disk, settings.ephemeral_storage_limit_factor, _bytes)
+    return changed
+
+
 def mutate(view: WorkloadView, settings: Settings) -> bool:
     if not (view.is_gpu or settings.apply_to_non_gpu_pods):
         return False
@@ -81,23 +121,18 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     memory_factor = settings.memory_limit_factor.get(view.workload_class, 1.0)
     for template in view.templates:
         for container in template.containers:
-            gpus = container.gpu_count
-            size, scale = (settings.per_gpu, gpus) if gpus else (settings.non_gpu, 1)
-            changed |= _fill(container, "cpu", _scaled(size.cpu, scale), 1.0 if settings.set_cpu_limit else None,
-                  quantity.format_cpu)
-            changed |= _fill(container, "memory", _scaled(size.memory, scale), memory_factor, quantity.format_bytes)
-            changed |= _fill(container, "ephemeral-storage", _scaled(size.ephemeral_storage, scale),
-                  settings.ephemeral_storage_limit_factor, quantity.format_bytes)
+            changed |= _size_container(container, template, settings, memory_factor)
     return changed
 
 
 POLICY = MutatingPolicy(
     id="default-resources",
-    title="Size CPU, memory and ephemeral storage per GPU",
+    title="Size CPU, memory and ephemeral storage per accelerator",
     settings_model=Settings,
     run=mutate,
-    description="Adds missing CPU, memory and ephemeral-storage requests and limits: per GPU for GPU "
-    "containers, flat for the others; never lowers a value the user set.",
+    description="Adds missing CPU, memory and ephemeral-storage requests and limits: by each accelerator "
+    "profile's sizing (per device, per slice, or none) for accelerator containers, flat for the others; "
+    "never lowers a value the user set, and adds nothing to a pod with pod-level spec.resources (its budget).",
     rationale="A GPU pod with only a GPU limit is BestEffort: evicted first under memory pressure and "
     "free to starve its data loaders; right-sized requests keep a node's GPUs usable.",
     example="""\

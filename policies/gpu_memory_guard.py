@@ -4,13 +4,14 @@ QoS counts only CPU and memory: a pod whose only limit is a GPU is BestEffort, t
 pod the kubelet evicts under memory pressure, taking its GPUs' work with it.  Without a
 memory limit a container is unbounded Burstable and can OOM its neighbours on a shared
 node.  Memory per GPU under a floor is only a warning: it is often a mistake (model
-weights are staged through host memory) but can be deliberate.
+weights are staged through host memory) but can be deliberate.  The floor is per whole
+device: a slice (MIG, shared, vGPU) needs its fraction of it.  A pod-level memory limit
+(``spec.resources``) bounds every container, so it counts as their limit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from decimal import Decimal
 
 from pydantic import Field
 
@@ -24,6 +25,8 @@ class Settings(PolicySettings):
 
 
 def _best_effort(template: PodTemplate) -> bool:
+    if template.has_pod_resources:
+        return False  # pod-level resources are cpu/memory (or hugepages): not BestEffort
     for container in template.containers:
         res = container.resources() or {}
         for section in ("requests", "limits"):
@@ -36,9 +39,12 @@ def _best_effort(template: PodTemplate) -> bool:
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     floor = quantity.parse(settings.min_memory_per_gpu) if settings.min_memory_per_gpu else None
     for template in view.gpu_templates:
+        pod_limit = quantity.parse(template.pod_resources("limits").get("memory"))
         best_effort = _best_effort(template)
         for container in template.gpu_containers:
             limit = container.memory_limit()
+            if limit is None and pod_limit is not None:
+                continue  # bounded by the pod-level limit
             if limit is None:
                 qos = ("the pod is BestEffort (no CPU or memory requests or limits): evicted first under "
                        "memory pressure") if best_effort else "unbounded Burstable: it can be OOM-killed with " \
@@ -46,12 +52,14 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                 yield Finding(container.path, f"GPU container has no memory limit, so {qos}",
                               "set resources.limits.memory (e.g. 64Gi per GPU) or enable default-resources",
                               container.name)
-            elif floor is not None and limit / Decimal(container.gpu_count) < floor:
-                per_gpu = quantity.format_bytes(limit / Decimal(container.gpu_count))
-                yield Finding(container.path, f"memory limit is {per_gpu} per GPU, under the "
+                continue
+            devices = container.device_equivalents()
+            if floor is not None and devices > 0 and limit / devices < floor:
+                per_gpu = quantity.format_bytes(limit / devices)
+                yield Finding(container.path, f"memory limit is {per_gpu} per device, under the "
                               f"{settings.min_memory_per_gpu} floor; loading weights and data loaders may OOM",
-                              f"raise resources.limits.memory to at least {settings.min_memory_per_gpu} per GPU",
-                              container.name, advisory=True)
+                              f"raise resources.limits.memory to at least {settings.min_memory_per_gpu} per "
+                              "device (its fraction for a slice)", container.name, advisory=True)
 
 
 POLICY = ValidatingPolicy(

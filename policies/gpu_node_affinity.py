@@ -1,33 +1,28 @@
-"""gpu-node-affinity: GPU pods require GPU nodes; optionally, CPU pods keep off them.
+"""gpu-node-affinity: accelerator pods require nodes that have their accelerator; optionally, CPU pods keep off.
 
-``nodeSelectorTerms`` are ORed, so the GPU expression goes into *every* term: appending it
-to one term only lets the other terms schedule the pod anywhere (a trap seen in peers'
-code).  A term that already constrains the label is the user's and is left alone.
+Which nodes have an accelerator is its profile's ``nodeSelection`` (``workloads/accelerators.py``):
+a TPU pod requires the TPU label, a MIG pod the mixed-strategy label, and a profile with no
+selection (the scheduler already places a pod only where its resource is allocatable, or
+DRA ResourceSlices do) adds nothing.  ``nodeSelectorTerms`` are ORed, so an expression goes
+into *every* term: appending it to one term only lets the other terms schedule the pod
+anywhere (a trap seen in peers' code).  A term that already constrains the label is the
+user's and is left alone, and so is an empty term: it matches no node, and adding an
+expression would widen it to every accelerator node.
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import ConfigModel, MutatingPolicy, PolicySettings
+from policies.base import MutatingPolicy, PolicySettings
 from workloads.paths import child_dict, child_list, dicts
 from workloads.view import PodTemplate, WorkloadView
 
 
-class NodeLabel(ConfigModel):
-    key: str = "nvidia.com/gpu.present"
-    values: list[str] = Field(default_factory=lambda: ["true"])
-
-
 class Settings(PolicySettings):
-    gpu_node_label: NodeLabel = Field(default_factory=NodeLabel,
-                                      description="Label every GPU node carries (GPU feature discovery).")
-    preferred_products: list[str] = Field(default_factory=list,
-                                          description="Preferred values of product_label (soft affinity).")
-    product_label: str = "nvidia.com/gpu.product"
-    preferred_weight: int = Field(50, ge=1, le=100)
-    keep_non_gpu_pods_off: bool = Field(False, description="Give pods without GPUs a NotIn expression on the "
-                                        "GPU label, so they leave GPU nodes to GPU work.")
+    keep_non_gpu_pods_off: bool = Field(False, description="Give pods without accelerators the negation of "
+                                        "every profile's node selection, so they leave accelerator nodes to "
+                                        "accelerator work.")
 
 
 def _add_to_every_term(template: PodTemplate, expression: dict) -> bool:
@@ -41,17 +36,20 @@ def _add_to_every_term(template: PodTemplate, expression: dict) -> bool:
     if terms is None:
         return False
     if not terms:
-        terms.append({})
+        terms.append({"matchExpressions": [dict(expression)]})
+        return True
     changed = False
     for _, term in dicts(terms):
+        if not term.get("matchExpressions") and not term.get("matchFields"):
+            continue  # an empty term matches no node: the user's (odd) choice, not ours to widen
         exprs = child_list(term, "matchExpressions")
         if exprs is not None and not any(e.get("key") == expression["key"] for _, e in dicts(exprs)):
-            exprs.append(dict(expression, values=list(expression["values"])))
+            exprs.append({k: list(v) if isinstance(v, list) else v for k, v in expression.items()})
             changed = True
     return changed
 
 
-def _prefer(template: PodTemplate, settings: Settings) -> bool:
+def _prefer(template: PodTemplate, key: str, values: list[str], weight: int) -> bool:
     affinity = child_dict(template.spec, "affinity")
     node_affinity = child_dict(affinity, "nodeAffinity")
     preferred = child_list(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution")
@@ -60,33 +58,45 @@ def _prefer(template: PodTemplate, settings: Settings) -> bool:
     for _, entry in dicts(preferred):
         pref = entry.get("preference")
         exprs = pref.get("matchExpressions") if isinstance(pref, dict) else None
-        if any(e.get("key") == settings.product_label for _, e in dicts(exprs)):
+        if any(e.get("key") == key for _, e in dicts(exprs)):
             return False
-    preferred.append({"weight": settings.preferred_weight, "preference": {"matchExpressions": [
-        {"key": settings.product_label, "operator": "In", "values": list(settings.preferred_products)}]}})
+    preferred.append({"weight": weight, "preference": {"matchExpressions": [
+        {"key": key, "operator": "In", "values": list(values)}]}})
     return True
 
 
+def _negations(view: WorkloadView) -> list[dict]:
+    """One expression per distinct node selection of the configured profiles, negated."""
+    out: dict[str, dict] = {}
+    for profile in view.accelerators.profiles:
+        if profile.node_selection is not None:
+            out.setdefault(profile.node_selection.key, profile.node_selection.negated())
+    return list(out.values())
+
+
 def mutate(view: WorkloadView, settings: Settings) -> bool:
-    label = settings.gpu_node_label
     changed = False
     for template in view.templates:
         if template.gpus_per_pod:
-            changed |= _add_to_every_term(template, {"key": label.key, "operator": "In", "values": label.values})
-            if settings.preferred_products:
-                changed |= _prefer(template, settings)
+            for profile in template.profiles:
+                if profile.node_selection is not None:
+                    changed |= _add_to_every_term(template, profile.node_selection.expression())
+                for pref in profile.spec.preferred:
+                    changed |= _prefer(template, pref.key, pref.values, pref.weight)
         elif settings.keep_non_gpu_pods_off:
-            changed |= _add_to_every_term(template, {"key": label.key, "operator": "NotIn", "values": label.values})
+            for expression in _negations(view):
+                changed |= _add_to_every_term(template, expression)
     return changed
 
 
 POLICY = MutatingPolicy(
     id="gpu-node-affinity",
-    title="Require GPU nodes for GPU pods",
+    title="Require accelerator nodes for accelerator pods",
     settings_model=Settings,
     run=mutate,
-    description="Adds a required node-affinity expression on the GPU node label to every nodeSelectorTerm "
-    "of GPU pods, an optional preferred GPU product, and optionally keeps CPU pods off GPU nodes.",
+    description="Adds each accelerator profile's node selection (if it has one) to every non-empty "
+    "nodeSelectorTerm of pods that use it, and its preferred nodes as soft affinity; optionally keeps pods "
+    "without accelerators off accelerator nodes.",
     rationale="Without it a GPU pod can wait on CPU-only nodes the autoscaler keeps adding, and CPU pods "
     "can fill the GPU nodes' CPU and memory so GPUs sit idle.",
     example="""\

@@ -1,7 +1,9 @@
-"""gpu-tolerations: pods that request a GPU get the tolerations of their GPU nodes' taints.
+"""gpu-tolerations: pods that request an accelerator get the tolerations of its nodes' taints.
 
-GPU node pools are tainted (``nvidia.com/gpu:NoSchedule`` and similar) so that CPU pods
-stay off them; a GPU pod without the toleration pends forever.  An existing toleration
+Accelerator node pools are tainted (by convention with the resource name as the key) so that
+CPU pods stay off them; a pod without the toleration pends forever.  Which tolerations an
+accelerator needs is its profile's ``tolerations`` (``workloads/accelerators.py``): a TPU pod
+gets the TPU taint's, never a GPU's.  An existing toleration
 that already covers the taint (equal or wider: empty key with Exists, same key with
 Exists, or the same key=value) is left alone, so reinvocation and the apiserver's
 ExtendedResourceToleration plugin never pile up duplicates.
@@ -9,31 +11,13 @@ ExtendedResourceToleration plugin never pile up duplicates.
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
-from typing import Literal
-
-from pydantic import Field
-
-from policies.base import ConfigModel, MutatingPolicy, PolicySettings
+from policies.base import MutatingPolicy, PolicySettings
 from workloads.paths import child_list, dicts
 from workloads.view import WorkloadView
 
 
-class Toleration(ConfigModel):
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] = "Exists"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = "NoSchedule"
-
-    def as_k8s(self) -> dict:
-        return self.model_dump(exclude_none=True)
-
-
 class Settings(PolicySettings):
-    tolerations: dict[str, list[Toleration]] = Field(
-        default_factory=lambda: {"nvidia.com/gpu": [Toleration(key="nvidia.com/gpu")]},
-        description="GPU resource name (or glob) -> tolerations its pods get.",
-    )
+    """Only the action: which tolerations an accelerator needs is its profile's ``tolerations``."""
 
 
 def covers(existing: dict, wanted: dict) -> bool:
@@ -55,13 +39,7 @@ def covers(existing: dict, wanted: dict) -> bool:
 def mutate(view: WorkloadView, settings: Settings) -> bool:
     changed = False
     for template in view.gpu_templates:
-        resources = {r for c in template.containers for r in c.gpus}
-        wanted = [
-            tol.as_k8s()
-            for pattern, tols in settings.tolerations.items()
-            if any(fnmatchcase(r, pattern) for r in resources)
-            for tol in tols
-        ]
+        wanted = [tol for profile in template.profiles for tol in profile.tolerations]
         if not wanted:
             continue
         tolerations = child_list(template.spec, "tolerations")
@@ -79,8 +57,8 @@ POLICY = MutatingPolicy(
     title="Tolerate the taints of GPU nodes",
     settings_model=Settings,
     run=mutate,
-    description="Adds the tolerations configured for each GPU resource to pods that request it, "
-    "unless an equal or wider toleration is already there.",
+    description="Adds the tolerations of each accelerator profile a pod uses (extended resources or DRA "
+    "claims) unless an equal or wider toleration is already there.",
     rationale="GPU node pools are tainted to keep CPU pods off; a GPU pod without the toleration pends "
     "forever while its job's clock runs.",
     example="""\

@@ -5,6 +5,13 @@ shared memory and die with "bus error" on it.  The fix is an emptyDir with
 ``medium: Memory`` and a ``sizeLimit`` mounted at /dev/shm.  Its pages count against the
 container's memory limit, so the size limit is capped there too.  A container that
 already mounts something at /dev/shm is the user's choice and is left alone.
+
+Some operators manage /dev/shm themselves: KubeRay mounts a memory-backed /dev/shm sized to
+the Ray container's memory limit (Ray's object store lives there).  It only adds its
+volume when the container has no /dev/shm mount yet, so a mount gpuguard put in the
+RayCluster template first would win and cap the object store at 16Gi, and Ray would fall
+back to /tmp.  Templates of the kinds in ``operatorManagedKinds``, and pods their
+controller creates, are therefore left alone.
 """
 
 from __future__ import annotations
@@ -13,12 +20,16 @@ from pydantic import Field
 
 from policies.base import MutatingPolicy, PolicySettings
 from workloads import quantity
-from workloads.paths import child_list
+from workloads.paths import child_list, dicts
 from workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):
     size_limit: str = Field("16Gi", description="sizeLimit of the memory-backed emptyDir.")
+    operator_managed_kinds: list[str] = Field(
+        default_factory=lambda: ["ray.io/RayCluster", "ray.io/RayJob", "ray.io/RayService", "ray.io/RayCronJob"],
+        description="group/Kind whose operator mounts its own /dev/shm: their templates and the pods they "
+        "own are left alone.")
     mount_path: str = "/dev/shm"
     volume_name: str = "dshm"
 
@@ -44,7 +55,21 @@ def _size_limit(template: PodTemplate, settings: Settings) -> str:
     return settings.size_limit
 
 
+def _operator_managed(view: WorkloadView, settings: Settings) -> bool:
+    managed = set(settings.operator_managed_kinds)
+    if f"{view.kind.group}/{view.kind.kind}" in managed:
+        return True
+    meta = view.obj.get("metadata")
+    for _, ref in dicts(meta.get("ownerReferences") if isinstance(meta, dict) else None):
+        group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+        if ref.get("controller") is True and f"{group}/{ref.get('kind')}" in managed:
+            return True
+    return False
+
+
 def mutate(view: WorkloadView, settings: Settings) -> bool:
+    if _operator_managed(view, settings):
+        return False
     changed = False
     for template in view.gpu_templates:
         needing = [
@@ -74,8 +99,10 @@ POLICY = MutatingPolicy(
     title="Shared memory for data loaders",
     settings_model=Settings,
     run=mutate,
-    description="Mounts a memory-backed emptyDir with a sizeLimit at /dev/shm in GPU containers that have "
-    "none.",
+    description="Mounts a memory-backed emptyDir with a sizeLimit (capped at the memory limit) at /dev/shm "
+    "in accelerator containers that have none. Leaves alone workloads whose operator manages /dev/shm "
+    "itself (operatorManagedKinds: KubeRay's RayCluster/RayJob/RayService/RayCronJob, which size it to the Ray "
+    "container's memory limit for the object store) and the pods those operators create.",
     rationale="PyTorch DataLoader workers share batches through /dev/shm; on the 64 MiB default they die "
     "with a bus error hours into a run.",
     example="""\

@@ -10,6 +10,7 @@ can fix a ConfigMap without guessing.
 from __future__ import annotations
 
 import importlib.resources
+import logging
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
@@ -22,17 +23,19 @@ from pydantic import Field, ValidationError, field_validator
 
 from policies import REGISTRY, MutatingPolicy, PolicySettings, ValidatingPolicy
 from policies.base import ConfigModel
-from webhook import knative
+from webhook import knative, legacy
 from webhook.admission import DEFAULT_MAX_BODY_BYTES
 from webhook.controllers import DEFAULT_TRUSTED_CONTROLLERS, TrustedControllers, parse_group_kind
 from webhook.custom.compile import CompiledRule, CustomPolicyError, CustomRules, compile_rules
 from webhook.custom.model import CustomPolicy
+from workloads.accelerators import AcceleratorError, Accelerators, ProfileSpec, merge_specs
 from workloads.view import WORKLOAD_CLASSES
 
 # The shipped default, found as package data (pyproject's package-data ships it), so it is found
 # wherever the package is installed (site-packages, a zip, an editable checkout).
 DEFAULT_CONFIG_PATH: Traversable = importlib.resources.files("policies") / "default-config.yaml"
 CONFIG_KIND = "GpuguardConfig"
+log = logging.getLogger("gpuguard.config")
 
 
 class ConfigError(Exception):
@@ -128,10 +131,9 @@ class ConfigFile(ConfigModel):
     failure_mode: Literal["open", "closed"] = Field("open", description="Engine failure: allow with a "
                                                     "warning (open) or deny (closed).")
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
-    gpu_resources: list[str] = Field(
-        default_factory=lambda: ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*", "amd.com/gpu",
-                                 "gpu.intel.com/*", "habana.ai/gaudi", "aws.amazon.com/neuron*", "google.com/tpu"],
-        description="Resource names (globs) that count as GPUs.")
+    accelerators: list[dict[str, Any]] = Field(
+        default_factory=list, description="Accelerator profiles, merged by name into the shipped ones "
+        "(docs/accelerators.md).")
     workload_classes: WorkloadClasses = Field(default_factory=WorkloadClasses)
     exemptions: Exemptions = Field(default_factory=Exemptions)
     trust_controller_pods: bool = Field(True, description="Do not validate again what a trusted controller "
@@ -190,7 +192,7 @@ class Config:
     """A loaded, validated and compiled GpuguardConfig."""
 
     def __init__(self, raw: ConfigFile, policies: PolicySet, profiles: list[CompiledProfile], source: str,
-                 custom: CustomRules | None = None):
+                 accelerators: Accelerators, custom: CustomRules | None = None):
         self.raw = raw
         self.custom = custom or CustomRules([])  # every compiled custom rule, for catalogs and docs
         self.source = source
@@ -201,7 +203,7 @@ class Config:
         self.cost = raw.cost
         self.workload_classes = raw.workload_classes
         self.trust_controller_pods = raw.trust_controller_pods
-        self._gpu_patterns = tuple(raw.gpu_resources)
+        self.accelerators = accelerators
         self._exempt_users = frozenset(raw.exemptions.users) | frozenset(
             "system:serviceaccount:" + sa.replace("/", ":", 1) for sa in raw.exemptions.service_accounts)
         self._exempt_groups = frozenset(raw.exemptions.groups)
@@ -209,10 +211,7 @@ class Config:
         self.controllers = compile_controllers(raw.trusted_controllers)
         self.knative_default = raw.kserve.default_deployment_mode in ("Serverless", "Knative")
         self.knative_gated = knative.gated(frozenset(raw.kserve.knative_features))
-        self.is_gpu_resource = lru_cache(maxsize=1024)(self._is_gpu_resource)
-
-    def _is_gpu_resource(self, name: str) -> bool:
-        return any(fnmatchcase(name, pattern) for pattern in self._gpu_patterns)
+        self.is_gpu_resource = self.accelerators.is_accelerator
 
     def exemption(self, namespace: str | None, username: str, groups: tuple[str, ...]) -> str | None:
         """Why a request is exempt, or ``None``.  Only admin-controlled facts count: never annotations."""
@@ -312,9 +311,16 @@ def build_config(data: Any, source: str = "<config>", lines: dict[tuple, int] | 
     if not isinstance(data, dict):
         raise ConfigError(f"{source}:1: the config must be a mapping with kind: {CONFIG_KIND}")
     try:
+        data, notes = legacy.migrate(data)
+    except legacy.LegacyKeyError as exc:
+        raise ConfigError(f"{source}:{_line_for(lines, exc.loc)}: {'.'.join(map(str, exc.loc))}: {exc}") from None
+    for loc, note in notes:
+        log.warning("%s:%s: %s: %s", source, _line_for(lines, loc), ".".join(map(str, loc)), note)
+    try:
         raw = ConfigFile.model_validate(data)
     except ValidationError as exc:
         raise _errors(exc, (), lines, source) from None
+    accelerators = _compile_accelerators(data.get("accelerators"), source, lines)
     for kind, cls in raw.workload_classes.by_kind.items():
         if cls not in WORKLOAD_CLASSES:  # pragma: no cover - Literal already guards this
             raise ConfigError(f"{source}: workloadClasses.byKind.{kind}: unknown class {cls}")
@@ -330,7 +336,40 @@ def build_config(data: Any, source: str = "<config>", lines: dict[tuple, int] | 
         merged = {**raw.policies, **merged}
         profiles.append(CompiledProfile(profile.name, profile.match,
                                         _compile_policies(merged, ("profiles", i, "policies"), lines, source, custom)))
-    return Config(raw, base, profiles, source, custom)
+    return Config(raw, base, profiles, source, accelerators, custom)
+
+
+@lru_cache(maxsize=1)
+def shipped_accelerators() -> tuple[dict[str, Any], ...]:
+    """The ``accelerators`` list of the shipped default config: the profiles every config starts from."""
+    data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text(encoding="utf-8"))
+    return tuple(data.get("accelerators") or ())
+
+
+def _compile_accelerators(entries: Any, source: str, lines: dict[tuple, int]) -> Accelerators:
+    """Merge the config's profiles into the shipped ones, validate each, and compile the lookup."""
+    user = entries if isinstance(entries, list) else []
+    user_index = {e.get("name"): i for i, e in enumerate(user) if isinstance(e, dict)}
+    shipped = list(shipped_accelerators())
+    if source == str(DEFAULT_CONFIG_PATH):
+        shipped = []  # the default file *is* the shipped list
+    specs = []
+    for entry in merge_specs(shipped, user):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        prefix: tuple = ("accelerators", user_index[name]) if name in user_index else ("accelerators",)
+        try:
+            specs.append(ProfileSpec.model_validate(entry))
+        except ValidationError as exc:
+            raise _errors(exc, prefix, lines, source) from None
+    names = [s.name for s in specs]
+    for name in {n for n in names if names.count(n) > 1}:
+        raise ConfigError(f"{source}:{_line_for(lines, ('accelerators',))}: accelerators: the profile name "
+                          f"{name!r} is used twice")
+    try:
+        return Accelerators(specs)
+    except AcceleratorError as exc:
+        loc = ("accelerators", user_index[exc.name]) if exc.name in user_index else ("accelerators",)
+        raise ConfigError(f"{source}:{_line_for(lines, loc)}: accelerators[{exc.name}]: {exc}") from None
 
 
 def load_config(path: str | Path | None = None) -> Config:

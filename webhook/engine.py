@@ -36,6 +36,7 @@ from webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violat
 from webhook.patch import make_patch
 from webhook.update import keep_immutable, subject
 from workloads import kinds
+from workloads.claims import ClaimSource
 from workloads.paths import dotted
 from workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view
 
@@ -57,8 +58,10 @@ def _meta(obj: dict) -> dict:
 class Engine:
     """Evaluates objects against one compiled config.  Stateless per request; safe to share."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, claims: ClaimSource | None = None):
         self.config = config
+        # DRA claims: the audit's own source, else the server's shared watch (``workloads.claims``)
+        self.claims = claims
 
     # ------------------------------------------------------------------ classification
     def classify(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None = None) -> str:
@@ -196,7 +199,8 @@ class Engine:
         decision.original = original
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
         workload_class = self.classify(work, kind, origin)
-        view = build_view(work, kind, self.config.is_gpu_resource, workload_class, self.kind_class(kind))
+        view = build_view(work, kind, self.config.accelerators, workload_class, self.kind_class(kind),
+                          decision.namespace, self.claims)
         decision.workload_class = workload_class
         decision.gpus = view.total_gpus
         decision.gpus_by_resource = view.gpus_by_resource()
@@ -259,7 +263,8 @@ class Engine:
     def _mutated_copy(self, obj: dict, kind: kinds.KindSpec, ctx: RequestContext, policy_set: PolicySet) -> dict:
         """A copy of ``obj`` after the enforcing mutating policies: what gpuguard makes of it."""
         scratch = _copy(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
-        view = build_view(scratch, kind, self.config.is_gpu_resource, self.classify(scratch, kind))
+        view = build_view(scratch, kind, self.config.accelerators, self.classify(scratch, kind),
+                          namespace=ctx.namespace, claims=self.claims)
         for policy, settings in policy_set.mutating:
             if settings.action == "enforce":
                 policy.run(view, settings)
@@ -269,7 +274,8 @@ class Engine:
                       ctx: RequestContext, workload_class: str) -> list[Violation]:
         """A mutating policy in warn/audit mode: run it on a scratch copy and report what it would change."""
         scratch, before = _copy(raw), _copy(raw)
-        view = build_view(scratch, kind, self.config.is_gpu_resource, workload_class)
+        view = build_view(scratch, kind, self.config.accelerators, workload_class, namespace=ctx.namespace,
+                          claims=self.claims)
         policy.run(view, settings)
         ops = make_patch(before, scratch)
         if not ops:

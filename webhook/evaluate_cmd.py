@@ -18,6 +18,7 @@ from webhook.audit.inputs import load as load_documents
 from webhook.config import ConfigError, load_config
 from webhook.decision import Decision, RequestContext
 from webhook.engine import Engine
+from workloads.claims import StaticClaims
 
 
 def register(subparsers: Any) -> None:
@@ -62,7 +63,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     results: list[dict[str, Any]] = []
     denied = bad_input = False
-    for doc in load_documents([args.file]):
+    docs = list(load_documents([args.file]))
+    # DRA: claim templates and claims in the same manifest resolve the pods' resourceClaims.
+    engine.claims = StaticClaims((d.obj for d in docs if d.obj is not None), origin=f"{args.file}")
+    for doc in docs:
         if doc.error:
             bad_input = True
             print(f"gpuguard: error: {doc.location}: {doc.error.message}", file=sys.stderr)

@@ -56,6 +56,7 @@ class ServeSettings:
     log_level: str = "info"
     namespace_labels: bool = False  # look namespace labels up in the API (profiles may select by label)
     kubeconfig: str | None = None
+    dra_claims: bool = False  # watch DRA claim templates and claims to count the devices pods claim
 
     def to_json(self) -> str:
         return orjson.dumps(dataclasses.asdict(self)).decode()
@@ -373,6 +374,11 @@ def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI
     runtime = Runtime(settings, active or build_active(settings.config_path))
     if settings.namespace_labels:
         runtime.namespaces = NamespaceLabels.from_kubeconfig(settings.kubeconfig)
+    if settings.dra_claims:
+        from certs.inject import make_api_client
+        from webhook.claimwatch import start_shared_watch
+
+        start_shared_watch(make_api_client(settings.kubeconfig))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -496,7 +502,7 @@ def _check_kube_credentials(kubeconfig: str | None) -> None:
     try:
         NamespaceLabels.from_kubeconfig(kubeconfig)
     except KubeConfigError as exc:
-        raise StartupError(f"--namespace-labels: {exc}") from None
+        raise StartupError(f"--namespace-labels/--dra-claims: {exc}") from None
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -508,7 +514,7 @@ def run_serve(args: argparse.Namespace) -> int:
             raise StartupError("--workers must be at least 1")
         cert, key = _tls_paths(args)
         active = _load(args.config)
-        if args.namespace_labels:
+        if args.namespace_labels or args.dra_claims:
             _check_kube_credentials(args.kubeconfig)
     except StartupError as exc:
         logs.print_error(str(exc))
@@ -518,6 +524,7 @@ def run_serve(args: argparse.Namespace) -> int:
         workers=args.workers, max_body_bytes=args.max_body_bytes, reload_interval=args.reload_interval,
         shutdown_timeout=args.shutdown_timeout, keep_alive_timeout=args.keep_alive_timeout,
         log_level=args.log_level, namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
+        dra_claims=args.dra_claims,
     )
     common: dict[str, Any] = {
         "host": settings.host, "port": settings.port,
@@ -567,6 +574,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--namespace-labels", action="store_true",
                         help="read namespace labels from the API (cached 60 s) for profiles that match by label; "
                              "needs get on namespaces")
+    parser.add_argument("--dra-claims", action="store_true",
+                        help="watch DRA ResourceClaimTemplates/ResourceClaims (cached) to count the devices pods "
+                             "claim; needs list and watch on them")
     parser.add_argument("--kubeconfig", metavar="FILE",
                         help="with --namespace-labels: kubeconfig (default: $KUBECONFIG, in-cluster, then "
                         "~/.kube/config)")

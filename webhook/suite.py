@@ -256,7 +256,7 @@ def _engine(path: str | None, only: tuple[str, ...] | None) -> Engine | str:
     keep = frozenset(only)
     restricted = Config(config.raw, _only(config.policies, keep),
                         [replace(p, policies=_only(p.policies, keep)) for p in config.profiles], config.source,
-                        config.custom)
+                        config.accelerators, config.custom)
     return Engine(restricted)
 
 

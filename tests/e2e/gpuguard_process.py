@@ -35,8 +35,10 @@ def gpuguard(*args: str, env: dict | None = None, check: bool = True, timeout: f
 class GpuguardServer:
     """``gpuguard serve`` over TLS on 127.0.0.1, with a config file the tests may rewrite."""
 
-    def __init__(self, workdir: Path, config_text: str, kubeconfig: Path | None = None):
+    def __init__(self, workdir: Path, config_text: str, kubeconfig: Path | None = None,
+                 extra_args: tuple[str, ...] = ()):
         self.workdir = workdir
+        self.extra_args = extra_args  # e.g. ("--dra-claims", "--kubeconfig", KUBECONFIG)
         self.certs = workdir / "certs"
         self.config = workdir / "config.yaml"
         self.config.write_text(config_text)
@@ -61,7 +63,7 @@ class GpuguardServer:
                 [sys.executable, "-m", "webhook.cli", "serve", "--config", str(self.config),
                  "--tls-cert", str(self.certs / "tls.crt"), "--tls-key", str(self.certs / "tls.key"),
                  "--host", "127.0.0.1", "--port", str(self.port), "--reload-interval", "0.5",
-                 *(["--kubeconfig", str(self.kubeconfig)] if self.kubeconfig else [])],
+                 *(["--kubeconfig", str(self.kubeconfig)] if self.kubeconfig else []), *self.extra_args],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         context = ssl.create_default_context(cafile=str(self.ca))
         deadline = time.monotonic() + 60

@@ -53,8 +53,10 @@ def test_unknown_policy_setting_and_bad_action():
 
 def test_bad_quantity_is_refused():
     assert "not a Kubernetes quantity" in err(
-        "kind: GpuguardConfig\npolicies:\n  default-resources:\n    perGpu: {cpu: lots, memory: 1Gi, "
+        "kind: GpuguardConfig\npolicies:\n  default-resources:\n    nonGpu: {cpu: lots, memory: 1Gi, "
         "ephemeralStorage: 1Gi}\n")
+    assert "not a Kubernetes quantity" in err(
+        "kind: GpuguardConfig\naccelerators:\n- name: tpu\n  sizing: {cpu: lots}\n")
 
 
 def test_invalid_yaml_names_the_line():

@@ -117,7 +117,7 @@ def test_deployment_shape() -> None:
     assert container["args"] == ["serve", "--config", "/etc/gpuguard/config.yaml",
                                  "--tls-cert", "/etc/gpuguard/tls/tls.crt",
                                  "--tls-key", "/etc/gpuguard/tls/tls.key", "--port", "8443",
-                                 "--namespace-labels"]
+                                 "--namespace-labels", "--dra-claims"]
     assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
     assert set(container["resources"]["requests"]) == {"cpu", "memory"}
     assert set(container["resources"]["limits"]) == {"cpu", "memory"}
@@ -198,6 +198,8 @@ def test_rbac_is_least_privilege() -> None:
         {"apiGroups": ["admissionregistration.k8s.io"],
          "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
          "resourceNames": ["gpuguard"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates", "resourceclaims"],
+         "verbs": ["list", "watch"]},
     ]
     # `get` on exactly the kinds whose scale subresource gpuguard validates (the workload behind a Scale)
     # and the runtimes a TrainJob names.

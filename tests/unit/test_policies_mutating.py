@@ -31,6 +31,46 @@ def test_tolerations_added_on_every_kind(kind):
         assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 
+@pytest.mark.parametrize("existing", [
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "nvidia.com/gpu", "operator": "Exists"},
+    {"operator": "Exists"},
+])
+def test_equal_or_wider_toleration_is_not_duplicated(existing):
+    spec = pvc_pod_spec()
+    spec["tolerations"] = [existing]
+    out = only("gpu-tolerations").evaluate(make("Job", spec))
+    assert out.patch == []
+
+
+def test_narrower_toleration_gets_the_wider_one_added():
+    spec = pvc_pod_spec()
+    spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"},
+                           {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}]
+    out = only("gpu-tolerations").evaluate(make("Job", spec)).mutated
+    assert len(template_specs(out)[0]["tolerations"]) == 3
+
+
+def test_tolerations_per_accelerator_profile_from_config():
+    engine = Engine(parse_config_text(
+        BASE + "accelerators:\n- {name: amd-gpu, tolerations: [{key: gpu-pool, operator: Equal, value: amd}]}\n"
+        "- {name: nvidia-gpu, tolerations: []}\n"
+        "policies:\n" + "\n".join(f"  {p}: {{action: off}}" for p in _ids() if p != "gpu-tolerations") + "\n"))
+    spec = pvc_pod_spec()
+    spec["containers"][0]["resources"] = {"limits": {"amd.com/gpu": 1}}
+    out = evaluate_twice(engine, make("Pod", spec)).mutated
+    assert out["spec"]["tolerations"] == [{"key": "gpu-pool", "operator": "Equal", "value": "amd",
+                                           "effect": "NoSchedule"}]
+    nvidia = engine.evaluate(make("Pod", pvc_pod_spec()))
+    assert nvidia.patch == []
+
+
+def _ids() -> list[str]:
+    from policies import REGISTRY
+
+    return list(REGISTRY)
+
+
 # ---------------------------------------------------------------- gpu-node-affinity
 @pytest.mark.parametrize("kind", ALL_KINDS)
 def test_node_affinity_on_every_kind(kind):
@@ -39,6 +79,47 @@ def test_node_affinity_on_every_kind(kind):
         terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In",
                                                 "values": ["true"]}]}]
+
+
+def test_node_affinity_added_to_every_ored_term_and_user_terms_kept():
+    spec = pvc_pod_spec()
+    spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "Exists"}]},
+    ]}}}
+    out = evaluate_twice(only("gpu-node-affinity"), make("Job", spec)).mutated
+    terms = template_specs(out)[0]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    gpu = {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
+    assert terms[0]["matchExpressions"] == [{"key": "zone", "operator": "In", "values": ["a"]}, gpu]
+    assert terms[1]["matchExpressions"] == [gpu] and terms[1]["matchFields"]
+    assert terms[2]["matchExpressions"] == [{"key": "nvidia.com/gpu.present", "operator": "Exists"}]
+
+
+def test_node_selector_on_the_label_is_respected():
+    spec = pvc_pod_spec()
+    spec["nodeSelector"] = {"nvidia.com/gpu.present": "true"}
+    assert only("gpu-node-affinity").evaluate(make("Job", spec)).patch == []
+
+
+def test_preferred_product_and_keep_cpu_pods_off():
+    engine = Engine(parse_config_text(
+        BASE + "accelerators:\n- name: nvidia-gpu\n  preferred: [{key: nvidia.com/gpu.product, "
+        "values: [NVIDIA-H100-80GB-HBM3]}]\npolicies:\n"
+        + "\n".join(f"  {p}: {{action: off}}" for p in _ids() if p != "gpu-node-affinity")
+        + "\n  gpu-node-affinity: {keepNonGpuPodsOff: true}\n"))
+    out = evaluate_twice(engine, make("Job", pvc_pod_spec())).mutated
+    pref = template_specs(out)[0]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert pref[0]["preference"]["matchExpressions"][0]["values"] == ["NVIDIA-H100-80GB-HBM3"]
+    cpu = evaluate_twice(engine, make("Deployment", {"containers": [cpu_container()]})).mutated
+    expr = template_specs(cpu)[0]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"][0]
+    exprs = template_specs(cpu)[0]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"]
+    assert expr["operator"] == "NotIn"
+    # every profile's node selection is negated: TPU nodes too, not only NVIDIA ones
+    assert {"key": "cloud.google.com/gke-tpu-accelerator", "operator": "DoesNotExist"} in exprs
 
 
 # ---------------------------------------------------------------- default-resources
@@ -50,6 +131,34 @@ def test_default_resources_sized_per_gpu(kind):
         assert res["requests"] == {"cpu": "16", "memory": "128Gi", "ephemeral-storage": "100Gi"}
         assert res["limits"] == {"nvidia.com/gpu": 2, "memory": "128Gi", "ephemeral-storage": "200Gi"}
         assert "cpu" not in res["limits"]
+
+
+def test_default_resources_never_lower_user_values_and_sidecars_are_flat():
+    spec = pvc_pod_spec(gpus=1)
+    spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1, "cpu": "4"},
+                                          "requests": {"memory": "200Gi"}}
+    spec["containers"].append(cpu_container("sidecar"))
+    out = evaluate_twice(only("default-resources"), make("Job", spec)).mutated
+    main, sidecar = template_specs(out)[0]["containers"]
+    assert "cpu" not in main["resources"]["requests"]  # the limit implies the request
+    assert main["resources"]["limits"]["cpu"] == "4"
+    assert main["resources"]["requests"]["memory"] == "200Gi"
+    assert main["resources"]["limits"]["memory"] == "200Gi"  # never below the request
+    assert sidecar["resources"]["requests"] == {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "2Gi"}
+
+
+def test_default_resources_settings_and_non_gpu_pods():
+    engine = Engine(parse_config_text(
+        BASE + 'accelerators:\n- {name: nvidia-gpu, sizing: {cpu: "12", memory: 96Gi, ephemeralStorage: 10Gi}}\n'
+        "policies:\n" + "\n".join(f"  {p}: {{action: off}}" for p in _ids() if p != "default-resources")
+        + "\n  default-resources: {memoryLimitFactor: {notebook: 2.0}, setCpuLimit: true, "
+        "applyToNonGpuPods: true}\n"))
+    out = engine.evaluate(make("Notebook", pvc_pod_spec())).mutated
+    res = template_specs(out)[0]["containers"][0]["resources"]
+    assert res["requests"]["cpu"] == "12" and res["limits"]["cpu"] == "12"
+    assert res["limits"]["memory"] == "192Gi"
+    cpu = engine.evaluate(make("Deployment", {"containers": [cpu_container()]})).mutated
+    assert template_specs(cpu)[0]["containers"][0]["resources"]["requests"]["cpu"] == "500m"
 
 
 # ---------------------------------------------------------------- priority-class
@@ -92,7 +201,13 @@ def test_job_limits_on_gpu_training(kind):
 
 
 # ---------------------------------------------------------------- shm-volume
-@pytest.mark.parametrize("kind", ALL_KINDS)
+def _shm_managed_by_operator() -> set[str]:
+    from policies.shm_volume import Settings
+
+    return {kind.rsplit("/", 1)[-1] for kind in Settings().operator_managed_kinds}
+
+
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k not in _shm_managed_by_operator()])
 def test_shm_volume_on_every_kind(kind):
     out = evaluate_twice(only("shm-volume"), make(kind, pvc_pod_spec())).mutated
     for spec in template_specs(out):

@@ -58,6 +58,23 @@ def test_gpu_container_without_memory_limit_denied(kind):
     assert "BestEffort" in hits["gpu-memory-guard"][0].message
 
 
+def test_unbounded_burstable_and_floor_warning():
+    spec = pvc_pod_spec()
+    spec["containers"][0]["resources"]["requests"] = {"memory": "8Gi"}
+    hits = policies_hit(only("gpu-memory-guard"), make("Job", spec))
+    assert "unbounded Burstable" in hits["gpu-memory-guard"][0].message
+    spec["containers"][0]["resources"]["limits"]["memory"] = "8Gi"
+    hits = policies_hit(only("gpu-memory-guard"), make("Job", spec))
+    assert hits["gpu-memory-guard"][0].verdict == "warn" and "8Gi per device" in hits["gpu-memory-guard"][0].message
+    spec["containers"][0]["resources"]["limits"]["memory"] = "64Gi"
+    assert policies_hit(only("gpu-memory-guard"), make("Job", spec)) == {}
+
+
+def test_default_config_mutation_satisfies_memory_guard():
+    hits = policies_hit(engine_with(), make("Deployment", pvc_pod_spec()), RequestContext())
+    assert "gpu-memory-guard" not in hits
+
+
 # ---------------------------------------------------------------- gpu-request-shape
 def _with_gpu_resources(resources: dict) -> dict:
     spec = pvc_pod_spec()
@@ -67,14 +84,36 @@ def _with_gpu_resources(resources: dict) -> dict:
 
 @pytest.mark.parametrize("kind", ALL_KINDS)
 @pytest.mark.parametrize("resources,word", [
-    ({"limits": {"nvidia.com/gpu": "0.5"}}, "whole devices"),
+    ({"limits": {"nvidia.com/gpu": "0.5"}}, "whole units"),
     ({"requests": {"nvidia.com/gpu": 1}}, "without a limit"),
     ({"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}}, "differs from limits"),
-    ({"limits": {"nvidia.com/gpu": 16}}, "largest node has 8"),
+    ({"limits": {"nvidia.com/gpu": 16}}, "a node has at most 8"),
 ])
 def test_request_shape_denials(kind, resources, word):
     hits = policies_hit(only("gpu-request-shape"), make(kind, _with_gpu_resources(resources)))
     assert any(word in v.message for v in hits["gpu-request-shape"])
+
+
+def test_request_shape_message_for_custom_resources_says_it_fails_late():
+    obj = make("PyTorchJob", _with_gpu_resources({"requests": {"nvidia.com/gpu": 1},
+                                                  "limits": {"nvidia.com/gpu": 2}}))
+    hits = policies_hit(only("gpu-request-shape"), obj)
+    assert "PyTorchJob is accepted but each pod it creates is rejected" in hits["gpu-request-shape"][0].message
+
+
+def test_request_shape_accepts_equal_request_and_limit_and_checks_workload_total():
+    ok = _with_gpu_resources({"requests": {"nvidia.com/gpu": 8}, "limits": {"nvidia.com/gpu": 8}})
+    assert policies_hit(only("gpu-request-shape"), make("Job", ok)) == {}
+    big = make("PyTorchJob", _with_gpu_resources({"limits": {"nvidia.com/gpu": 8}}), replicas=8)
+    hits = policies_hit(only("gpu-request-shape"), big)
+    assert "72 accelerators in all" in hits["gpu-request-shape"][0].message
+
+
+def test_request_shape_node_cpu_and_memory():
+    engine = only("gpu-request-shape", "maxCpuPerNode: '96', maxMemoryPerNode: 1Ti")
+    spec = _with_gpu_resources({"limits": {"nvidia.com/gpu": 1, "memory": "2Ti"}, "requests": {"cpu": "200"}})
+    messages = [v.message for v in policies_hit(engine, make("Job", spec))["gpu-request-shape"]]
+    assert any("cpu 200" in m for m in messages) and any("memory" in m for m in messages)
 
 
 # ---------------------------------------------------------------- gang-scheduling

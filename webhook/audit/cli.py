@@ -29,6 +29,7 @@ from webhook.audit.run import EXIT_ERROR, FAIL_ON, AuditItem, AuditReport, evalu
 from webhook.catalog import load_catalog
 from webhook.cliutil import UsageError, error, guard
 from webhook.lookup import ApiLookup, StaticLookup
+from workloads.claims import StaticClaims
 
 
 def register(subparsers: Any) -> None:
@@ -176,9 +177,11 @@ def run_audit(args: argparse.Namespace) -> int:
                         continue
                     yield doc
 
-            # Read once: a TrainJob's runtime may stand anywhere in the input (webhook.lookup).
+            # Read once: what the workloads name may stand anywhere in the input: a TrainJob's runtime
+            # (webhook.lookup), the DRA claim templates and claims of pods' resourceClaims.
             docs = list(documents())
             runtimes = StaticLookup(doc.obj for doc in docs)
+            engine.claims = StaticClaims((d.obj for d in docs if d.obj is not None), origin="the audited files")
             pairs = ((doc, file_context(doc.obj, default_ns, labels, runtimes or None)) for doc in docs)
             items.extend(evaluate_all(pairs, engine.evaluate, prices, on_item=count))
             if ignored:
@@ -231,6 +234,7 @@ def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, i
     runtimes = ApiLookup(api=custom_objects(conn.api))
     pairs = ((doc, replace(ctx, lookup=runtimes) if ctx is not None else None) for doc, ctx in lister.objects(on_kind))
     try:
+        engine.claims = lister.claims()  # DRA claim templates and claims, listed once
         items.extend(evaluate_all(pairs, engine.evaluate, prices, on_item=on_item))
     except ClusterError as exc:
         error(str(exc))

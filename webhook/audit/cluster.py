@@ -29,6 +29,7 @@ from kubeapi.client import connect as _connect
 from webhook.audit.cost import is_finished
 from webhook.audit.inputs import Document
 from webhook.decision import RequestContext
+from workloads.claims import StaticClaims
 from workloads.kinds import KINDS, KindSpec, lookup
 
 DEFAULT_CHUNK_SIZE = 500
@@ -201,6 +202,38 @@ class ClusterLister:
                 self.errors.append(f"cannot list {kind.label}: {_reason(exc)}")
         if on_kind is not None:
             on_kind("done", len(served), len(served))
+
+    def claims(self) -> StaticClaims:
+        """DRA ResourceClaimTemplates and ResourceClaims in scope, to resolve pods' resourceClaims."""
+        from workloads.claims import GROUP, PLURALS, VERSIONS
+
+        origin = f"the cluster's {GROUP} objects"
+        try:
+            groups = {g.name: g for g in apis(self.api).get_api_versions().groups or []}
+        except ApiError as exc:
+            self.notes.append(f"cannot discover {GROUP} ({_reason(exc)}): DRA claims are not resolved")
+            return StaticClaims(origin=origin)
+        except Exception:  # noqa: BLE001 - connection trouble: served_kinds() reports it properly next
+            return StaticClaims(origin=origin)
+        served = {v.version for v in groups[GROUP].versions or []} if GROUP in groups else set()
+        version = next((v for v in VERSIONS if v in served), None)
+        if version is None:
+            return StaticClaims(origin=f"this cluster (it does not serve {GROUP})")
+        custom = custom_objects(self.api)
+        found = StaticClaims(origin=origin)
+        for kind, plural in PLURALS.items():
+            def call(plural: str = plural, **kw: Any) -> Any:
+                if self.namespace:
+                    return custom.list_namespaced_custom_object(GROUP, version, self.namespace, plural, **kw)
+                return custom.list_cluster_custom_object(GROUP, version, plural, **kw)
+            try:
+                for raw in self._pages(call):
+                    raw.setdefault("apiVersion", f"{GROUP}/{version}")
+                    raw["kind"] = kind
+                    found.add(raw)
+            except ApiError as exc:
+                self.notes.append(f"cannot list {plural} ({_reason(exc)}): pods' DRA claims are not resolved")
+        return found
 
     def _list_kind(self, kind: ServedKind) -> Iterator[dict[str, Any]]:
         spec, ns = kind.spec, self.namespace

@@ -35,7 +35,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -327,6 +327,8 @@ class ControlPlane:
         ready_timeout: float = 90.0,
         extra_apiserver_args: Sequence[str] = (),
         extra_controller_manager_args: Sequence[str] = (),
+        feature_gates: Mapping[str, bool] | None = None,
+        runtime_config: Sequence[str] = (),
         verbose: bool = True,
         cleanup: bool = False,
     ) -> None:
@@ -337,8 +339,14 @@ class ControlPlane:
         self.token = secrets.token_hex(24)
         self.with_controller_manager = controller_manager
         self.ready_timeout = ready_timeout
-        self.extra_apiserver_args = list(extra_apiserver_args)
-        self.extra_controller_manager_args = list(extra_controller_manager_args)
+        # Opt-in API surface (default: none, as every other test expects): feature gates go to the
+        # apiserver and the controller manager, runtime-config (e.g. resource.k8s.io/v1beta1=true) to
+        # the apiserver.  1.33 needs both for DRA (resource.k8s.io) and a gate for pod-level resources.
+        gates = ",".join(f"{k}={'true' if v else 'false'}" for k, v in sorted((feature_gates or {}).items()))
+        self.extra_apiserver_args = ([f"--feature-gates={gates}"] if gates else []) + (
+            [f"--runtime-config={','.join(runtime_config)}"] if runtime_config else []) + list(extra_apiserver_args)
+        self.extra_controller_manager_args = ([f"--feature-gates={gates}"] if gates else []) + list(
+            extra_controller_manager_args)
         self.verbose = verbose
         self.cleanup = cleanup
         self.server = ""

@@ -1,0 +1,389 @@
+"""Accelerator profiles: what gpuguard knows about each accelerator resource.
+
+Every accelerator is not "an NVIDIA GPU".  A TPU node has no ``nvidia.com/gpu.present``
+label, a MIG slice is a seventh of a GPU and needs a seventh of its CPU and memory, a
+trn1.32xlarge has 16 Neuron devices, and a pod that gets its GPUs through a DRA claim names
+no extended resource at all.  A profile says, for one resource name (or glob) or DRA
+DeviceClass:
+
+- how nodes that have it are selected (one node-affinity expression, or none: the scheduler
+  already places a pod only where its extended resource is allocatable);
+- the tolerations its pods need;
+- how companion CPU/memory/ephemeral storage are sized: per whole device, per slice as a
+  fraction of a parent device's sizing, or not at all;
+- the most one node has, and whether fractions are refused.
+
+Policies never name a vendor: they ask this model.  The shipped profiles live in
+``policies/default-config.yaml`` (documented with sources in ``docs/accelerators.md``); a
+config's ``accelerators`` list is merged into them by name.
+
+This module imports nothing from ``policies`` (the policies import the workload view, which
+uses the compiled profiles): it must stay importable first.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from fnmatch import fnmatchcase
+from functools import cached_property, lru_cache
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from workloads import quantity
+
+
+class _Model(BaseModel):
+    """camelCase keys, unknown keys refused: the same contract as every other config model."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class NodeSelection(_Model):
+    """One required node-affinity expression: nodes that have this accelerator."""
+
+    key: str = Field(min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = "In"
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> NodeSelection:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs values")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+    def expression(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "operator": self.operator}
+        if self.values:
+            out["values"] = list(self.values)
+        return out
+
+    def negated(self) -> dict[str, Any]:
+        """The expression that keeps a pod *off* these nodes."""
+        if self.operator == "In":
+            return {"key": self.key, "operator": "NotIn", "values": list(self.values)}
+        if self.operator == "Exists":
+            return {"key": self.key, "operator": "DoesNotExist"}
+        if self.operator == "NotIn":
+            return {"key": self.key, "operator": "In", "values": list(self.values)}
+        return {"key": self.key, "operator": "Exists"}
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Exists"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = "NoSchedule"
+
+    def as_k8s(self) -> dict:
+        return self.model_dump(exclude_none=True)
+
+
+class Preferred(_Model):
+    """A soft node preference (e.g. a GPU product) for pods of this accelerator."""
+
+    key: str = Field(min_length=1)
+    values: list[str] = Field(min_length=1)
+    weight: int = Field(50, ge=1, le=100)
+
+
+class FractionFromName(_Model):
+    """A slice's share of its parent read from the resource name: ``int(group 1) / denominator``."""
+
+    pattern: str
+    denominator: int = Field(ge=1)
+
+    @field_validator("pattern")
+    @classmethod
+    def _one_group(cls, value: str) -> str:
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"invalid regular expression: {exc}") from None
+        if compiled.groups < 1:
+            raise ValueError("the pattern needs one group that captures the slice count")
+        return value
+
+
+class FractionFromResource(_Model):
+    """A slice's share read from a companion resource of the same container, e.g. cores in percent."""
+
+    name: str
+    whole: int = Field(ge=1, description="The value that means one whole device (100 for a percentage).")
+
+
+def _check_quantity(value: str | None) -> str | None:
+    if value is not None and quantity.parse(value) is None:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity")
+    return value
+
+
+class Sizing(_Model):
+    """Companion CPU, memory and ephemeral storage for containers that use the accelerator."""
+
+    mode: Literal["perDevice", "perSlice", "none"] = "perDevice"
+    cpu: str | None = None
+    memory: str | None = None
+    ephemeral_storage: str | None = None
+    slice_of: str | None = Field(None, description="perSlice: the profile whose per-device sizing is scaled.")
+    fraction: float | None = Field(None, gt=0, le=1, description="perSlice: the share of the parent device, "
+                                   "when neither the name nor a companion resource says.")
+    fraction_from_name: FractionFromName | None = None
+    fraction_from_resources: list[FractionFromResource] = Field(default_factory=list)
+
+    @field_validator("cpu", "memory", "ephemeral_storage")
+    @classmethod
+    def _is_quantity(cls, value: str | None) -> str | None:
+        return _check_quantity(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Sizing:
+        if self.mode == "perDevice" and not (self.cpu or self.memory or self.ephemeral_storage):
+            raise ValueError("perDevice sizing needs cpu, memory or ephemeralStorage")
+        if self.mode == "perSlice":
+            if not self.slice_of:
+                raise ValueError("perSlice sizing needs sliceOf (the parent profile)")
+            if self.fraction is None and self.fraction_from_name is None and not self.fraction_from_resources:
+                raise ValueError("perSlice sizing needs fraction, fractionFromName or fractionFromResources")
+        return self
+
+
+class ProfileSpec(_Model):
+    """One accelerator profile as written in the config."""
+
+    name: str = Field(min_length=1)
+    disabled: bool = Field(False, description="Drop a shipped profile of this name.")
+    resources: list[str] = Field(default_factory=list, description="Extended resource names or globs.")
+    when_also_requested: list[str] = Field(
+        default_factory=list, description="Only when the same container also requests one of these resources "
+        "(a sharing layer that reuses the whole-device name, e.g. vGPU cores/memory).")
+    device_classes: list[str] = Field(default_factory=list, description="DRA DeviceClass names or globs.")
+    node_selection: NodeSelection | None = None
+    tolerations: list[Toleration] = Field(default_factory=list)
+    sizing: Sizing = Field(default_factory=lambda: Sizing(mode="none"))
+    max_per_node: int | None = Field(None, ge=1, description="The most one node has (per pod cap).")
+    whole_only: bool = Field(True, description="Refuse fractional requests (extended resources are integers).")
+    preferred: list[Preferred] = Field(default_factory=list)
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _names_something(self) -> ProfileSpec:
+        if not self.disabled and not self.resources and not self.device_classes:
+            raise ValueError("a profile needs resources or deviceClasses")
+        return self
+
+
+# ---------------------------------------------------------------- compiled profiles
+
+@dataclass(frozen=True)
+class Size:
+    """Companion requests per device, as Decimals (``None``: not sized)."""
+
+    cpu: Decimal | None
+    memory: Decimal | None
+    ephemeral_storage: Decimal | None
+
+    def scaled(self, factor: Decimal | int) -> Size:
+        cpu, memory, disk = self.cpu, self.memory, self.ephemeral_storage
+        return Size(None if cpu is None else cpu * factor, None if memory is None else memory * factor,
+                    None if disk is None else disk * factor)
+
+    def plus(self, other: Size) -> Size:
+        if self is NO_SIZE:
+            return other
+        return Size(_add(self.cpu, other.cpu), _add(self.memory, other.memory),
+                    _add(self.ephemeral_storage, other.ephemeral_storage))
+
+
+def _add(a: Decimal | None, b: Decimal | None) -> Decimal | None:
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
+NO_SIZE = Size(None, None, None)
+
+
+@dataclass(frozen=True, eq=False)
+class Profile:
+    """A compiled accelerator profile (what the policies read)."""
+
+    name: str
+    spec: ProfileSpec
+    per_device: Size  # the whole-device size (for perSlice: the parent's)
+
+    @property
+    def node_selection(self) -> NodeSelection | None:
+        return self.spec.node_selection
+
+    @property
+    def tolerations(self) -> list[dict]:
+        return [t.as_k8s() for t in self.spec.tolerations]
+
+    @property
+    def max_per_node(self) -> int | None:
+        return self.spec.max_per_node
+
+    @property
+    def whole_only(self) -> bool:
+        return self.spec.whole_only
+
+    @cached_property
+    def is_slice(self) -> bool:
+        return self.spec.sizing.mode == "perSlice"
+
+    @cached_property
+    def sizing_mode(self) -> str:
+        return self.spec.sizing.mode
+
+    def fraction(self, resource: str, container_resources: Mapping[str, Any] | None = None) -> Decimal:
+        """The share of a whole device one unit of ``resource`` is (1 for whole devices)."""
+        sizing = self.spec.sizing
+        if sizing.mode != "perSlice":
+            return Decimal(1)
+        for source in sizing.fraction_from_resources:
+            value = quantity.parse((container_resources or {}).get(source.name))
+            if value is not None and value > 0:
+                return min(Decimal(1), value / Decimal(source.whole))
+        if sizing.fraction_from_name is not None:
+            match = re.search(sizing.fraction_from_name.pattern, resource)
+            if match:
+                try:
+                    return min(Decimal(1), Decimal(int(match.group(1))) / sizing.fraction_from_name.denominator)
+                except (ValueError, IndexError):
+                    pass
+        return Decimal(str(sizing.fraction)) if sizing.fraction is not None else Decimal(1)
+
+    def size_for(self, resource: str, count: int, container_resources: Mapping[str, Any] | None = None) -> Size:
+        """Companion requests for ``count`` units of ``resource`` in one container."""
+        mode = self.sizing_mode
+        if mode == "none" or count <= 0:
+            return NO_SIZE
+        if mode == "perDevice":
+            return self.per_device.scaled(count)
+        return self.per_device.scaled(self.fraction(resource, container_resources) * count)
+
+
+def _size(spec: Sizing) -> Size:
+    return Size(quantity.parse(spec.cpu), quantity.parse(spec.memory), quantity.parse(spec.ephemeral_storage))
+
+
+class AcceleratorError(ValueError):
+    """A profile list that cannot be compiled (unknown parent, cycle); ``name`` is the profile's."""
+
+    def __init__(self, message: str, name: str):
+        super().__init__(message)
+        self.name = name
+
+
+class Accelerators:
+    """The compiled profile list: resource name -> profile, DeviceClass -> profile, in order."""
+
+    def __init__(self, specs: Iterable[ProfileSpec]):
+        live = [s for s in specs if not s.disabled]
+        by_name = {s.name: s for s in live}
+        self.profiles: tuple[Profile, ...] = tuple(Profile(s.name, s, self._per_device(s, by_name)) for s in live)
+        self.by_name = {p.name: p for p in self.profiles}
+        self._candidates = lru_cache(maxsize=2048)(self._candidates_uncached)
+        self._wanted_cache: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._for_class = lru_cache(maxsize=512)(self._for_class_uncached)
+
+    @staticmethod
+    def _per_device(spec: ProfileSpec, by_name: dict[str, ProfileSpec]) -> Size:
+        seen = {spec.name}
+        current = spec
+        while current.sizing.mode == "perSlice":
+            parent_name = current.sizing.slice_of or ""
+            parent = by_name.get(parent_name)
+            if parent is None:
+                raise AcceleratorError(f"sizing.sliceOf names {parent_name!r}, which is not a profile", spec.name)
+            if parent.name in seen:
+                raise AcceleratorError(f"sizing.sliceOf makes a cycle through {parent.name!r}", spec.name)
+            seen.add(parent.name)
+            current = parent
+        return NO_SIZE if current.sizing.mode == "none" else _size(current.sizing)
+
+    def _candidates_uncached(self, resource: str) -> tuple[Profile, ...]:
+        return tuple(p for p in self.profiles if any(fnmatchcase(resource, pat) for pat in p.spec.resources))
+
+    def is_accelerator(self, resource: str) -> bool:
+        """Whether ``resource`` is an accelerator under some profile (used for the fast first pass)."""
+        return bool(self._candidates(resource))
+
+    def profile_for(self, resource: str, container_resources: Iterable[str] = (),
+                    resources: Mapping[str, Any] | None = None) -> Profile | None:
+        """The first profile for ``resource`` whose ``whenAlsoRequested`` condition holds.
+
+        The container's other resource names come as ``container_resources``, or are read from its
+        ``resources`` dict (requests and limits) only if a candidate profile needs them.
+        """
+        candidates = self._candidates(resource)
+        if not candidates:
+            return None
+        names: set[str] | None = None
+        for profile in candidates:
+            wanted = profile.spec.when_also_requested
+            if not wanted:
+                return profile
+            if names is None:
+                names = set(container_resources)
+                for section in ("requests", "limits"):
+                    values = resources.get(section) if resources is not None else None
+                    if isinstance(values, dict):
+                        names.update(values)  # JSON keys: strings
+            exact, globs = self._wanted(profile.name)
+            if not exact.isdisjoint(names):
+                return profile
+            if globs and any(fnmatchcase(str(n), pat) for n in names for pat in globs):
+                return profile
+        return None
+
+    def _wanted(self, name: str) -> tuple[frozenset[str], tuple[str, ...]]:
+        """A profile's ``whenAlsoRequested`` split into exact names (a set test) and globs (compiled once)."""
+        cached = self._wanted_cache.get(name)
+        if cached is None:
+            patterns = self.by_name[name].spec.when_also_requested
+            cached = (frozenset(p for p in patterns if not any(ch in p for ch in "*?[")),
+                      tuple(p for p in patterns if any(ch in p for ch in "*?[")))
+            self._wanted_cache[name] = cached
+        return cached
+
+    def _for_class_uncached(self, device_class: str) -> Profile | None:
+        for profile in self.profiles:
+            if any(fnmatchcase(device_class, pat) for pat in profile.spec.device_classes):
+                return profile
+        return None
+
+    def for_device_class(self, device_class: str) -> Profile | None:
+        return self._for_class(device_class)
+
+
+def ceil_units(amount: Decimal) -> int:
+    """Requested units as a whole count (fractions round up: the scheduler would need that many)."""
+    return math.ceil(amount)
+
+
+def merge_specs(defaults: list[dict[str, Any]], overrides: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Merge a config's ``accelerators`` list into the shipped one by ``name``.
+
+    An entry with a shipped name replaces that profile's keys it sets (in place, so the order
+    of first-match lookup stays); a new name goes *before* the shipped profiles, so an admin's
+    more specific profile wins over a shipped glob.
+    """
+    merged = [dict(d) for d in defaults]
+    index = {d.get("name"): i for i, d in enumerate(merged)}
+    added = []
+    for entry in overrides:
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if name in index:
+            merged[index[name]] = {**merged[index[name]], **entry}
+        else:
+            added.append(entry)
+    return added + merged

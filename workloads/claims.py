@@ -1,0 +1,211 @@
+"""DRA: the devices a pod gets through ``spec.resourceClaims``, resolved to accelerator profiles.
+
+A pod can hold GPUs with no ``nvidia.com/gpu`` in its resources: its ``resourceClaims``
+name a ResourceClaimTemplate (one claim per pod) or a ResourceClaim (shared), whose device
+requests name a DeviceClass.  The AdmissionReview carries none of those objects, so:
+
+- the webhook keeps a cached watch of ResourceClaimTemplates and ResourceClaims
+  (``webhook/claimwatch.py``; RBAC in ``deploy/base/rbac.yaml``) and looks claims up in
+  memory, never calling the apiserver inside a review;
+- ``gpuguard audit`` resolves them from the same input files, or lists them from the cluster
+  (``StaticClaims``).
+
+A DeviceClass maps to a profile by name (``deviceClasses`` in the profile); a class no
+profile names is not an accelerator (a NIC, say) and counts nothing.  A claim gpuguard
+cannot read is reported as a warning on the pod, never counted as a silent 0.
+
+This module is pure (no Kubernetes client): parsing claims, the static source, and attaching
+a pod's claims to its template; the watch lives in ``webhook/claimwatch.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from workloads.paths import dicts
+
+if TYPE_CHECKING:
+    from workloads.accelerators import Accelerators
+    from workloads.view import PodTemplate
+
+GROUP = "resource.k8s.io"
+VERSIONS = ("v1", "v1beta2", "v1beta1")  # newest first: the watch uses the first one served
+ClaimKind = Literal["ResourceClaimTemplate", "ResourceClaim"]
+PLURALS: dict[str, str] = {"ResourceClaimTemplate": "resourceclaimtemplates", "ResourceClaim": "resourceclaims"}
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """One request of a claim: ``count`` devices of ``device_class`` (``None``: allocationMode All)."""
+
+    name: str
+    device_class: str
+    count: int | None
+
+
+def _one(request: dict) -> tuple[str | None, int | None]:
+    """(deviceClassName, count) of a v1beta1 request, a v1beta2/v1 ``exactly`` or a subrequest."""
+    device_class = request.get("deviceClassName")
+    if request.get("allocationMode") == "All":
+        return device_class, None
+    count = request.get("count", 1)
+    return device_class, count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
+
+
+def device_requests(claim_spec: Any) -> list[DeviceRequest]:
+    """The device requests of a ResourceClaimSpec (``{devices: {requests: [...]}}``), any served version.
+
+    ``firstAvailable`` (prioritized alternatives) counts its first alternative: the one the
+    scheduler tries first.  Admin-access requests hold no device exclusively and count nothing.
+    """
+    devices = claim_spec.get("devices") if isinstance(claim_spec, dict) else None
+    requests = devices.get("requests") if isinstance(devices, dict) else None
+    out: list[DeviceRequest] = []
+    for request in requests if isinstance(requests, list) else []:
+        if not isinstance(request, dict):
+            continue
+        body = request.get("exactly") if isinstance(request.get("exactly"), dict) else request
+        alternatives = request.get("firstAvailable")
+        if isinstance(alternatives, list) and alternatives and isinstance(alternatives[0], dict):
+            body = alternatives[0]
+        if body.get("adminAccess") is True:
+            continue
+        device_class, count = _one(body)
+        if isinstance(device_class, str) and device_class:
+            out.append(DeviceRequest(str(request.get("name", "")), device_class, count))
+    return out
+
+
+def claim_spec_of(obj: dict) -> dict | None:
+    """The ResourceClaimSpec inside a ResourceClaim (``spec``) or a ResourceClaimTemplate (``spec.spec``)."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return None
+    if obj.get("kind") == "ResourceClaimTemplate":
+        inner = spec.get("spec")
+        return inner if isinstance(inner, dict) else None
+    return spec
+
+
+class ClaimSource(Protocol):
+    def lookup(self, kind: ClaimKind, namespace: str | None, name: str) -> list[DeviceRequest] | None:
+        """The claim's device requests, or ``None`` when it is unknown."""
+
+    def why_unknown(self) -> str:
+        """Why a lookup may fail, for the warning (e.g. "the watch has not synced yet")."""
+
+
+class StaticClaims:
+    """Claims known from a fixed set of objects: the audit's input documents or one cluster listing."""
+
+    def __init__(self, objects: Iterable[Any] = (), origin: str = "the audited input"):
+        self._claims: dict[tuple[str, str | None, str], list[DeviceRequest]] = {}
+        self.origin = origin
+        for obj in objects:
+            self.add(obj)
+
+    def add(self, obj: Any) -> None:
+        if not isinstance(obj, dict) or obj.get("kind") not in PLURALS:
+            return
+        if not str(obj.get("apiVersion", "")).startswith(GROUP + "/"):
+            return
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        name = meta.get("name")
+        if isinstance(name, str):
+            ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
+            self._claims[(obj["kind"], ns, name)] = device_requests(claim_spec_of(obj))
+
+    def lookup(self, kind: ClaimKind, namespace: str | None, name: str) -> list[DeviceRequest] | None:
+        found = self._claims.get((kind, namespace, name))
+        if found is None:  # files often leave the namespace out: such an object goes wherever the pod goes
+            found = self._claims.get((kind, None, name))
+        return found
+
+    def why_unknown(self) -> str:
+        return f"it is not in {self.origin}"
+
+
+class _Unconfigured:
+    """The source when nothing resolves claims (no watch started, no audit input)."""
+
+    def lookup(self, kind: ClaimKind, namespace: str | None, name: str) -> list[DeviceRequest] | None:
+        return None
+
+    def why_unknown(self) -> str:
+        return "gpuguard is not reading DRA claims here (serve with --dra-claims)"
+
+
+UNCONFIGURED = _Unconfigured()
+_shared: ClaimSource | None = None
+
+
+def set_shared(source: ClaimSource | None) -> None:
+    """Make ``source`` the process's claim source (the server's watch, ``webhook.claimwatch``)."""
+    global _shared
+    _shared = source
+
+
+def shared() -> ClaimSource | None:
+    return _shared
+
+
+# ---------------------------------------------------------------- attaching claims to a pod template
+
+def _claim_ref(entry: dict) -> tuple[ClaimKind, str] | None:
+    """Which object a pod's ``resourceClaims[]`` entry names (1.31+ fields, or the older ``source``)."""
+    source = entry.get("source") if isinstance(entry.get("source"), dict) else entry
+    for field_name, kind in (("resourceClaimTemplateName", "ResourceClaimTemplate"),
+                             ("resourceClaimName", "ResourceClaim")):
+        name = source.get(field_name)
+        if isinstance(name, str) and name:
+            return kind, name  # type: ignore[return-value]
+    return None
+
+
+def attach_claims(template: PodTemplate, namespace: str | None, accelerators: Accelerators,
+                  claims: ClaimSource | None) -> None:
+    """Count the devices of ``template``'s claims into it (and into the first container using each)."""
+
+    source = claims if claims is not None else (_shared or UNCONFIGURED)
+    users: dict[str, list] = {}
+    for container in template.containers:
+        res = container.resources()
+        for _, ref in dicts(res.get("claims") if res else None):
+            if isinstance(ref.get("name"), str):
+                users.setdefault(ref["name"], []).append((container, ref.get("request")))
+    for i, entry in dicts(template.spec.get("resourceClaims")):
+        path = template.spec_path + ("resourceClaims", i)
+        ref = _claim_ref(entry)
+        claim_name = entry.get("name")
+        if ref is None:
+            template.unresolved_claims.append((path, f"resource claim {claim_name!r} names no ResourceClaim or "
+                                               "ResourceClaimTemplate: its devices are not counted"))
+            continue
+        kind, name = ref
+        requests = source.lookup(kind, namespace, name)
+        if requests is None:
+            template.unresolved_claims.append((path, f"{kind} {name} could not be resolved ({source.why_unknown()}): "
+                                               "its devices are not counted or checked"))
+            continue
+        first_user = users.get(claim_name, [(None, None)])[0]
+        for request in requests:
+            profile = accelerators.for_device_class(request.device_class)
+            if profile is None:
+                continue  # not an accelerator class
+            count = request.count
+            if count is None:
+                count = profile.max_per_node
+                if count is None:
+                    template.unresolved_claims.append((path, f"{kind} {name} asks for all devices of class "
+                                                       f"{request.device_class}, and profile {profile.name} has "
+                                                       "no maxPerNode: counted as 1"))
+                    count = 1
+            dc = request.device_class
+            template.claim_devices[dc] = template.claim_devices.get(dc, 0) + count
+            template.claim_profiles[dc] = profile
+            container, only_request = first_user
+            if container is not None and (only_request in (None, "", request.name)):
+                container.claim_devices[dc] = container.claim_devices.get(dc, 0) + count
+                container.claim_profiles[dc] = profile
