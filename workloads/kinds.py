@@ -405,6 +405,45 @@ def _no_templates(obj: dict) -> Iterator[TemplateRef]:
     return iter(())
 
 
+def _parse_pod_set_path(text: str) -> Path | None:
+    """AppWrapper pod-set paths (``template.spec.template``, ``...workerGroupSpecs[0].template``)."""
+    steps: list[str | int] = []
+    for part in text.split("."):
+        name, _, rest = part.partition("[")
+        if name:
+            steps.append(name)
+        while rest:
+            index, _, rest = rest.partition("]")
+            if not index.isdigit():
+                return None
+            steps.append(int(index))
+            rest = rest.lstrip("[")
+    return tuple(steps) or None
+
+
+def _appwrapper(obj: dict) -> Iterator[TemplateRef]:
+    """AppWrapper: each component wraps any object; its pod sets say where the pod templates are
+    (``path``, or ``podPath`` in older versions), or, for a kind gpuguard knows, the kind table does."""
+    for i, component in dicts(get_path(obj, ("spec", "components"))):
+        base: Path = ("spec", "components", i)
+        pod_sets = component.get("podSets")
+        if isinstance(pod_sets, list) and pod_sets:
+            for j, pod_set in dicts(pod_sets):
+                path = _parse_pod_set_path(str(pod_set.get("path") or pod_set.get("podPath") or ""))
+                if path is not None:
+                    yield TemplateRef(f"component-{i}-{j}", base + path + ("spec",), base + path + ("metadata",),
+                                      _int(pod_set.get("replicas")))
+            continue
+        wrapped = component.get("template")
+        spec = lookup(wrapped.get("apiVersion"), wrapped.get("kind")) if isinstance(wrapped, dict) else None
+        if spec is None or spec.runtime is not None:
+            continue
+        for ref in spec.locate(wrapped):
+            yield TemplateRef(f"component-{i}-{ref.role}", base + ("template",) + ref.spec_path,
+                              None if ref.meta_path is None else base + ("template",) + ref.meta_path,
+                              ref.replicas, ref.container_keys, ref.knative)
+
+
 _RUN_POLICY = JobFields(ttl=("spec", "runPolicy", "ttlSecondsAfterFinished"),
                         deadline=("spec", "runPolicy", "activeDeadlineSeconds"),
                         backoff=("spec", "runPolicy", "backoffLimit"))
@@ -474,6 +513,7 @@ KINDS: tuple[KindSpec, ...] = (
                              ("TrainingRuntime",), expand_trainjob,
                              (("TrainingRuntime", "v1alpha1", "trainingruntimes"),
                               ("ClusterTrainingRuntime", "v1alpha1", "clustertrainingruntimes")))),
+    KindSpec("workload.codeflare.dev", "AppWrapper", "appwrappers", ("v1beta2",), "training", _appwrapper),
     KindSpec("serving.kserve.io", "LLMInferenceService", "llminferenceservices", ("v1alpha1",), "inference",
              _llm_inference),
     KindSpec("ray.io", "RayService", "rayservices", ("v1",), "inference", _ray_groups(("spec", "rayClusterConfig"))),

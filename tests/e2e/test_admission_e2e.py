@@ -171,14 +171,17 @@ def test_warn_policy_admits_and_kubectl_prints_warning(cluster):
 
 
 # 6 ---------------------------------------------------------------------------------------
-def pytorchjob(ns: str, name: str, scheduler: str | None) -> str:
+def pytorchjob(ns: str, name: str, scheduler: str | None, min_member: int | None = None) -> str:
     spec: dict = {"containers": [{"name": "pytorch", "image": "ghcr.io/example/ddp:1",
                                   "env": [{"name": "CHECKPOINT_URI", "value": "s3://team/ckpt"}],
                                   "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
     if scheduler:
         spec["schedulerName"] = scheduler
+    meta: dict = {"name": name, "namespace": ns}
+    if min_member:  # Volcano's PodGroup for the job must hold every GPU pod
+        meta["annotations"] = {"scheduling.volcano.sh/group-min-member": str(min_member)}
     return yaml.safe_dump({
-        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": ns},
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": meta,
         "spec": {"runPolicy": {}, "pytorchReplicaSpecs": {
             "Master": {"replicas": 1, "template": {"spec": spec}},
             "Worker": {"replicas": 4, "template": {"spec": spec}}}}})
@@ -189,8 +192,11 @@ def test_pytorchjob_needs_gang_scheduler_and_every_replica_is_mutated(cluster):
     ns = new_namespace(cp)
     rejected = cp.kubectl("apply", "-f", "-", input=pytorchjob(ns, "ddp", None), check=False)
     assert rejected.returncode != 0 and "[gang-scheduling]" in rejected.stderr
-    assert "5 pods and no gang scheduler" in rejected.stderr
-    cp.kubectl("apply", "-f", "-", input=pytorchjob(ns, "ddp", "volcano"))
+    assert "5 GPU pods is not gang-scheduled (no gang scheduler)" in rejected.stderr
+    # schedulerName volcano alone is a PodGroup of one: still not a gang.
+    alone = cp.kubectl("apply", "-f", "-", input=pytorchjob(ns, "ddp", "volcano"), check=False)
+    assert alone.returncode != 0 and "PodGroup of one" in alone.stderr
+    cp.kubectl("apply", "-f", "-", input=pytorchjob(ns, "ddp", "volcano", min_member=5))
     stored = get(cp, "pytorchjob", "ddp", "-n", ns)
     assert stored["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 86400
     for role in ("Master", "Worker"):
@@ -213,7 +219,7 @@ def test_jobset_with_kueue_queue_is_admitted_and_every_replicated_job_mutated(cl
                   {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 2, "completions": 2,
                                                                            "template": {"spec": pod_spec}}}}]}}
     rejected = cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(jobset), check=False)
-    assert rejected.returncode != 0 and "[gang-scheduling] spec: distributed GPU job with 4 pods" in rejected.stderr
+    assert rejected.returncode != 0 and "[gang-scheduling] spec: distributed GPU job with 4 GPU pods" in rejected.stderr
     jobset["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "gpu-queue"}
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(jobset))
     stored = get(cp, "jobset", "llm", "-n", ns)

@@ -28,7 +28,9 @@ kind: Job
 metadata:
   name: finetune   # the run name
   namespace: ml
-  labels: {team: vision, "app.kubernetes.io/name": finetune, kueue.x-k8s.io/queue-name: vision}
+  labels: {team: vision, "app.kubernetes.io/name": finetune}
+  annotations:
+    scheduling.volcano.sh/group-min-member: "2"   # Volcano gangs both workers
 spec:
   # two workers at a time
   parallelism: 2
@@ -142,7 +144,7 @@ def test_stdout_leaves_the_file_alone_and_reports_on_stderr(tmp_path, capsys):
 
 def test_what_is_still_denied_is_printed_and_exits_1(tmp_path, capsys):
     path = tmp_path / "gang.yaml"
-    path.write_text(TRAIN_JOB.replace(", kueue.x-k8s.io/queue-name: vision", ""))
+    path.write_text(TRAIN_JOB.replace("      schedulerName: volcano\n", ""))
     assert fix(str(path)) == 1
     out = capsys.readouterr().out
     assert "DENIED" in out and "[gang-scheduling]" in out

@@ -114,6 +114,13 @@ def make(kind: str, spec: dict, replicas: int = 1, name: str = "w", namespace: s
                                                              "workerGroupSpecs": [{"groupName": "gpu",
                                                                                    "replicas": replicas,
                                                                                    "template": _tmpl(spec)}]}}},
+        "AppWrapper": lambda: {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "metadata": meta,
+                               "spec": {"components": [{"podSets": [{"replicas": replicas,
+                                                                     "path": "template.spec.template"}],
+                                                        "template": {"apiVersion": "batch/v1", "kind": "Job",
+                                                                     "metadata": {"name": name},
+                                                                     "spec": {"parallelism": replicas,
+                                                                              "template": t}}}]}},
         # The pod templates live in the runtime (runtime_for); the TrainJob names it and sizes the nodes.
         "TrainJob": lambda: {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": meta,
                              "spec": {"runtimeRef": {"name": "torch"}, "trainer": {"numNodes": replicas}}},
