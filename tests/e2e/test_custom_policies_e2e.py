@@ -61,7 +61,7 @@ def config_text(sandbox_warns: bool) -> str:
 
 
 def pytorchjob(ns: str, name: str, labels: dict | None = None, image: str = "registry.corp/vision/resnet:2.1") -> str:
-    """A GPU PyTorchJob the built-in policies admit (gang scheduler, checkpoint PVC): only custom rules decide."""
+    """A GPU PyTorchJob the built-in policies admit (Kueue queue, checkpoint PVC): only custom rules decide."""
     def template() -> dict:
         return {"spec": {
             "schedulerName": "volcano",
@@ -70,9 +70,9 @@ def pytorchjob(ns: str, name: str, labels: dict | None = None, image: str = "reg
                             "resources": {"limits": {"nvidia.com/gpu": 1}},
                             "volumeMounts": [{"name": "ckpt", "mountPath": "/checkpoints"}]}],
             "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}]}}
-    meta: dict = {"name": name, "namespace": ns}
-    if labels:
-        meta["labels"] = labels
+    # Gang-scheduled through Kueue, so that gang-scheduling admits it (a label is all it checks).
+    meta: dict = {"name": name, "namespace": ns,
+                  "labels": {"kueue.x-k8s.io/queue-name": "vision", **(labels or {})}}
     return yaml.safe_dump({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": meta,
                            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template()},
                                                             "Worker": {"replicas": 2, "template": template()}}}})
