@@ -14,7 +14,7 @@ import re
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from webhook.decision import Decision, Violation
 
@@ -30,6 +30,11 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 # The apiserver stores an audit annotation as "<webhook name>/<key>" and rejects keys that then
 # have two slashes, so ours is a bare qualified name: [A-Za-z0-9][-A-Za-z0-9_.]*, <= 63 chars.
 _AUDIT_KEY_BAD = re.compile(r"[^-A-Za-z0-9_.]")
+# How deep a review body may nest (the review and request envelopes included).  Real objects
+# stay under 20 levels; the engine serialises objects with orjson, which stops at 255, so a
+# deeper object would fail half-way through a review instead of being refused up front.
+MAX_DEPTH = 128
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 class ReviewError(Exception):
@@ -83,7 +88,8 @@ class AdmissionRequest(_Envelope):
     user_info: UserInfo = Field(default_factory=UserInfo, alias="userInfo")
     object: Any = None
     old_object: Any = Field(default=None, alias="oldObject")
-    dry_run: bool = Field(default=False, alias="dryRun")
+    # Strict: the apiserver sends a JSON boolean; "yes" or 1 is a malformed review, not a dry run.
+    dry_run: StrictBool = Field(default=False, alias="dryRun")
 
     @field_validator("dry_run", mode="before")
     @classmethod
@@ -121,14 +127,38 @@ def _describe(exc: ValidationError) -> str:
     return "not an admission.k8s.io/v1 AdmissionReview: " + "; ".join(parts)
 
 
+def depth_exceeds(data: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``data`` nests deeper than ``limit`` levels; iterative, stops at the first too-deep node."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
+    return False
+
+
 def parse_review(body: bytes) -> AdmissionRequest:
-    """Parse a request body into the AdmissionRequest; :class:`ReviewError` (400) when it is not one."""
+    """Parse a request body into the AdmissionRequest; :class:`ReviewError` (400) when it is not one.
+
+    The nesting depth is checked right after parsing, before the envelope is validated or the
+    engine sees the object.
+    """
+    if body.startswith(GZIP_MAGIC):
+        raise ReviewError(400, "body is gzip-compressed data; send the AdmissionReview as plain JSON")
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc) or "recursion" in str(exc).lower():
+            raise ReviewError(400, f"body nests deeper than {MAX_DEPTH} levels") from None
         raise ReviewError(400, f"body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ReviewError(400, "body is not a JSON object (expected an AdmissionReview)")
+    if depth_exceeds(data):
+        raise ReviewError(400, f"body nests deeper than {MAX_DEPTH} levels")
     try:
         return AdmissionReview.model_validate(data).request
     except ValidationError as exc:
