@@ -14,7 +14,7 @@ import re
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from webhook.decision import Decision, Violation
 
@@ -100,6 +100,14 @@ class AdmissionRequest(_Envelope):
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _object_is_a_mapping(self) -> AdmissionRequest:
+        # The apiserver always sends the object of a CREATE or UPDATE; anything else is a broken
+        # review to refuse (400), not an object for the engine to fail on.
+        if self.operation in ("CREATE", "UPDATE") and not isinstance(self.object, dict):
+            raise ValueError(f"object must be a JSON object for {self.operation}")
+        return self
 
     def object_name(self) -> str | None:
         """``request.name`` or, for generateName creates, the object's name/generateName."""
