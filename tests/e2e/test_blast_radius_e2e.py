@@ -112,11 +112,29 @@ def test_running_gpu_objects_are_judged_and_cpu_objects_never_reach_gpuguard(clu
     assert server.log_count(f'"namespace":"{ns}"') >= 2
 
 
+def gpu_deployment(ns: str, name: str, gpus: bool = True) -> dict:
+    obj = cpu_deployment(ns, name)
+    container = obj["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": "CHECKPOINT_URI", "value": "s3://team/ckpt"}]
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    return obj
+
+
 def test_stopped_cpu_workloads_still_run_while_gpu_objects_wait(cluster):
     cp, server = cluster
     ns = _namespace(cp)
+    created = _apply(cp, gpu_deployment(ns, "serve-gpu"))
+    assert created.returncode == 0, created.stderr
     server.stop()
     _cpu_workloads_get_pods(cp, ns)
+    # An UPDATE is judged when the new *or the old* object has accelerators: taking the GPU away
+    # from a GPU Deployment waits for gpuguard too, while editing a CPU Deployment does not.
+    removed = _apply(cp, gpu_deployment(ns, "serve-gpu", gpus=False))
+    assert removed.returncode != 0 and "failed calling webhook" in removed.stderr
+    scaled_cpu = cpu_deployment(ns, "web")
+    scaled_cpu["spec"]["replicas"] = 3
+    assert _apply(cp, scaled_cpu).returncode == 0
     for obj in (gpu_pod(ns, "gpu-while-down"), gpu_job(ns, "train-while-down")):
         refused = _apply(cp, obj)
         assert refused.returncode != 0
