@@ -13,10 +13,10 @@ can't describe in CEL (KServe predictors embed model-specific containers), and w
 policy configured to touch CPU objects needs (``cpu_scope``).  If such a policy needs every
 object, no conditions are emitted at all.
 
-Shape: the apiserver ANDs matchConditions, so each condition is an implication "if the
-request is for these resources, then the object must carry accelerators"; requests for
-other resources pass it trivially.  One condition per group of resources sharing template
-paths keeps the count (limit 64) and each expression's cost small: the cost grows with the
+Shape: one condition (the apiserver allows 64) that lets subresource requests and kinds
+outside the chain through, then gathers the requested kind's pod specs of the new and the
+old object into a list (a ``?:`` chain on the resource) and applies one test to each.  Its
+cost grows with the size of the expression (see ``build_match_conditions``) and with the
 containers and resource names actually present, never with a hidden search.
 """
 
@@ -129,74 +129,61 @@ def accelerator_test(patterns: Iterable[str], var: str) -> str:
     return f"{var}.matches({_lit('^(' + alternatives + ')$')})" if alternatives else "false"
 
 
-class _Names:
-    """Fresh CEL iteration variable names, so nested comprehensions never shadow each other."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self, prefix: str) -> str:
-        self.n += 1
-        return f"{prefix}{self.n}"
+def _present(var: str, steps: tuple[str, ...]) -> str:
+    """CEL: every field of ``steps`` exists below ``var`` (``true`` for no steps)."""
+    return " && ".join(f"has({var}.{'.'.join(steps[:i + 1])})" for i in range(len(steps))) or "true"
 
 
-def _walk(expr: str, steps: tuple[str, ...], leaf: Callable[[str], str], names: _Names) -> str:
-    """CEL: some pod spec reached from ``expr`` through ``steps`` satisfies ``leaf``; type-guarded."""
-    if not steps:
-        return leaf(expr)
-    step, rest = steps[0], steps[1:]
-    if step == "[]":
-        item = names("i")
-        return f"(type({expr}) == list && {expr}.exists({item}, {_walk(item, rest, leaf, names)}))"
-    if step == "{}":
-        key = names("k")
-        return f"(type({expr}) == map && {expr}.exists({key}, {_walk(f'{expr}[{key}]', rest, leaf, names)}))"
-    return f"(has({expr}.{step}) && {_walk(f'{expr}.{step}', rest, leaf, names)})"
+def _field(var: str, steps: tuple[str, ...]) -> str:
+    return f"{var}.{'.'.join(steps)}" if steps else var
 
 
-def _accelerator_leaf(patterns: tuple[str, ...], names: _Names) -> Callable[[str], str]:
-    """CEL: pod spec ``spec`` has DRA resource claims, or a container or init container whose limits
-    name an accelerator.  Limits alone are enough: Kubernetes refuses an extended resource
-    requested without a limit (accelerators can't be overcommitted)."""
-
-    def leaf(spec: str) -> str:
-        c, r = names("c"), names("r")
-        containers = f"(has({spec}.initContainers) ? {spec}.containers + {spec}.initContainers : {spec}.containers)"
-        return (f"((has({spec}.resourceClaims) && size({spec}.resourceClaims) > 0) || (has({spec}.containers) && "
-                f"{containers}.exists({c}, has({c}.resources) && has({c}.resources.limits) && "
-                f"{c}.resources.limits.exists({r}, {accelerator_test(patterns, r)}))))")
-
-    return leaf
-
-
-def _priority_leaf(classes: list[str]) -> Callable[[str], str]:
-    listed = "[" + ", ".join(_lit(c) for c in classes) + "]"
-
-    def leaf(value: str) -> str:
-        return f"{value} in {listed}"
-
-    return leaf
+def pod_specs(var: str, pattern: tuple[str, ...]) -> str:
+    """CEL: the list of pod specs found at ``pattern`` below object ``var`` (at most one wildcard)."""
+    wildcards = [i for i, step in enumerate(pattern) if step in ("[]", "{}")]
+    if not wildcards:
+        return f"({_present(var, pattern)} ? [{_field(var, pattern)}] : [])"
+    if len(wildcards) > 1:  # pragma: no cover - no kind nests two collections of templates
+        raise ValueError(f"pattern {pattern} has more than one wildcard")
+    w = wildcards[0]
+    prefix, suffix, base = pattern[:w], pattern[w + 1:], _field(var, pattern[:w])
+    if pattern[w] == "[]":
+        return (f"({_present(var, prefix)} && type({base}) == list ? {base}.filter(x, {_present('x', suffix)})"
+                f".map(x, {_field('x', suffix)}) : [])")
+    return (f"({_present(var, prefix)} && type({base}) == map ? {base}.filter(k, {_present(f'{base}[k]', suffix)})"
+            f".map(k, {_field(f'{base}[k]', suffix)}) : [])")
 
 
-def _object_test(obj: str, paths: tuple[tuple[str, ...], ...], patterns: tuple[str, ...],
-                 scope: CpuScope, names: _Names) -> str:
-    terms = [_walk(obj, path, _accelerator_leaf(patterns, names), names) for path in paths]
-    if scope.priority_classes:
-        classes = sorted(scope.priority_classes)
-        priority_paths = dict.fromkeys([*(path + ("priorityClassName",) for path in paths), *OBJECT_PRIORITY_PATHS])
-        terms += [_walk(obj, path, _priority_leaf(classes), names) for path in priority_paths]
-    return f"({obj} != null && ({' || '.join(terms)}))"
+def spec_test(patterns: Iterable[str], classes: list[str]) -> str:
+    """CEL on pod spec ``s``: DRA resource claims, or a container or init container whose limits name an
+    accelerator (limits alone are enough: Kubernetes refuses an extended resource requested without
+    a limit, accelerators can't be overcommitted); or a priority class a policy reserves."""
+    containers = "(has(s.initContainers) ? s.containers + s.initContainers : s.containers)"
+    terms = ["(has(s.resourceClaims) && size(s.resourceClaims) > 0)",
+             f"(has(s.containers) && {containers}.exists(c, has(c.resources) && has(c.resources.limits) && "
+             f"c.resources.limits.exists(r, {accelerator_test(patterns, 'r')})))"]
+    if classes:
+        terms.append(f"(has(s.priorityClassName) && s.priorityClassName in {_list(classes)})")
+    return " || ".join(terms)
 
 
-def _condition_name(group: str, plurals: list[str]) -> str:
-    """``accelerators-jobs.batch``; a qualified name of at most 63 characters, stable across runs."""
-    first = plurals[0] + (f"-and-{len(plurals) - 1}-more" if len(plurals) > 1 else "")
-    return (f"accelerators-{first}" + (f".{group}" if group else ""))[:63].rstrip("-.")
+def _list(values: Iterable[str]) -> str:
+    return "[" + ", ".join(_lit(v) for v in values) + "]"
+
+
+CONDITION_NAME = "accelerator-objects"
 
 
 def build_match_conditions(patterns: Iterable[str], scope: CpuScope = CpuScope(),
                            kinds: Iterable[KindSpec] = KINDS) -> list[dict[str, str]]:
-    """The matchConditions for both webhooks; ``[]`` (send everything) when a policy needs every object."""
+    """The matchConditions for both webhooks; ``[]`` (send everything) when a policy needs every object.
+
+    One condition of ~5 KB.  Measured through kube-apiserver 1.33 (``bench/apiserver.py``), the
+    apiserver's evaluation time grows with the *size* of the conditions, evaluated branches or
+    not: a first version with 16 per-kind conditions (64 KB of CEL) cost ~25x the Pod condition
+    alone.  So the pod specs of the requested kind are gathered into one list by a ``?:`` chain
+    on the resource, and one test is written once and applied to each.
+    """
     if scope.everything:
         return []
     patterns = tuple(patterns)
@@ -204,23 +191,27 @@ def build_match_conditions(patterns: Iterable[str], scope: CpuScope = CpuScope()
     for spec in kinds:
         paths = POD_SPEC_PATHS.get((spec.group, spec.kind))
         if paths is None:
-            continue  # no condition: always sent (see module docstring)
+            continue  # not in the chain: always sent (see module docstring)
         plurals = grouped.setdefault((spec.group, paths), [])
         if spec.plural not in plurals:
             plurals.append(spec.plural)
-    conditions = []
-    for (group, paths), plurals in grouped.items():
-        names = _Names()
-        resources = "[" + ", ".join(_lit(p) for p in plurals) + "]"
-        expression = " || ".join([
-            # Empty request fields are left out of the request the apiserver evaluates: guard them.
-            f"(has(request.resource.group) ? request.resource.group : '') != {_lit(group)}",
-            f"!(request.resource.resource in {resources})",
-            "(has(request.subResource) && request.subResource != '')",
-            _object_test("object", paths, patterns, scope, names),
-            _object_test("oldObject", paths, patterns, scope, names),
-        ])
-        conditions.append({"name": _condition_name(group, plurals), "expression": expression})
-    if len(conditions) > MAX_MATCH_CONDITIONS:  # pragma: no cover - KINDS would need 3x more groups
-        raise ValueError(f"{len(conditions)} matchConditions exceed the apiserver's limit of {MAX_MATCH_CONDITIONS}")
-    return conditions
+    # rk = "plural/group" of the request, computed once (the apiserver's CEL has no cel.bind, so a
+    # one-element list's exists() binds it).  Empty request fields are left out of what the
+    # apiserver evaluates, so the core group's "" must be guarded.
+    resource = "(request.resource.resource + '/' + (has(request.resource.group) ? request.resource.group : ''))"
+    guards = [(f"rk in {_list(f'{plural}/{group}' for plural in plurals)}", paths)
+              for (group, paths), plurals in grouped.items()]
+    every = _list(f"{plural}/{group}" for (group, _), plurals in grouped.items() for plural in plurals)
+    chain = "[]"
+    for guard, paths in reversed(guards):
+        specs = " + ".join(pod_specs("o", path) for path in paths)
+        chain = f"({guard}) ? {specs} : {chain}"
+    classes = sorted(scope.priority_classes)
+    per_object = [f"({chain}).exists(s, {spec_test(patterns, classes)})"]
+    if classes:
+        per_object += [f"({_present('o', path)} && {_field('o', path)} in {_list(classes)})"
+                       for path in OBJECT_PRIORITY_PATHS]
+    objects = f"[object, oldObject].exists(o, o != null && ({' || '.join(per_object)}))"
+    expression = (f"(has(request.subResource) && request.subResource != '') || "
+                  f"[{resource}].exists(rk, !(rk in {every}) || {objects})")
+    return [{"name": CONDITION_NAME, "expression": expression}]
