@@ -163,3 +163,31 @@ def test_dry_run_null_or_boolean_is_accepted(client_open):
         sent["request"]["dryRun"] = value
         status, answer = client_open.post_json("/validate", sent)
         assert status == 200 and answer["response"]["uid"] == sent["request"]["uid"]
+
+
+class _BrokenEngine:
+    """An engine with a bug: the only way left to reach the error path."""
+
+    def evaluate(self, *args, **kwargs):
+        raise KeyError("a bug")
+
+
+@pytest.mark.parametrize(("config", "allowed"), [(OPEN, True), (CLOSED, False)])
+def test_an_engine_bug_is_answered_per_failure_mode_without_a_traceback(config, allowed, caplog):
+    app = make_app(config)
+    runtime = app.state.runtime
+    runtime.active = type(runtime.active)(runtime.active.config, _BrokenEngine())
+    client = AsgiClient(app)
+    try:
+        sent = review(gpu_job())
+        status, answer = client.post_json("/validate", sent)
+    finally:
+        client.close()
+    response = answer["response"]
+    assert status == 200 and response["uid"] == sent["request"]["uid"] and response["allowed"] is allowed
+    text = orjson.dumps(answer).decode()
+    assert "internal error (KeyError)" in text and "Traceback" not in text and "a bug" not in text
+    if allowed:
+        assert "failureMode is open" in response["warnings"][0]
+    else:
+        assert response["status"]["code"] == 500 and "failureMode is closed" in response["status"]["message"]
