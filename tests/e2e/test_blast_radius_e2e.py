@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.e2e.gpuguard_process import DEFAULT_CONFIG, ROOT, GpuguardServer
+from tests.unit.workloads import make
 
 pytestmark = pytest.mark.e2e
 CPU = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
@@ -25,6 +26,7 @@ CPU = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", 
 def cluster(control_plane, tmp_path_factory):
     cp = control_plane
     cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "priorityclasses.yaml"))
+    cp.install_crds("pytorchjob", "jobset")
     server = GpuguardServer(tmp_path_factory.mktemp("gpuguard"), DEFAULT_CONFIG.read_text())
     server.start()
     server.register(cp)
@@ -135,6 +137,21 @@ def test_stopped_cpu_workloads_still_run_while_gpu_objects_wait(cluster):
     scaled_cpu = cpu_deployment(ns, "web")
     scaled_cpu["spec"]["replicas"] = 3
     assert _apply(cp, scaled_cpu).returncode == 0
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "JobSet"])
+def test_stopped_crd_workloads_are_told_apart_by_their_templates(cluster, kind):
+    """Map-of-roles (PyTorchJob) and list (JobSet) template paths in the CEL, against the real apiserver."""
+    cp, server = cluster
+    server.stop()
+    ns = _namespace(cp)
+    cpu = {"restartPolicy": "Never", "containers": [{"name": "etl", "image": "python", "resources": CPU}]}
+    gpu = {"restartPolicy": "Never", "containers": [{"name": "trainer", "image": "x",
+                                                      "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
+    created = _apply(cp, make(kind, cpu, name="cpu-only", namespace=ns))
+    assert created.returncode == 0, created.stderr
+    refused = _apply(cp, make(kind, gpu, name="gpu", namespace=ns))
+    assert refused.returncode != 0 and "failed calling webhook" in refused.stderr
     for obj in (gpu_pod(ns, "gpu-while-down"), gpu_job(ns, "train-while-down")):
         refused = _apply(cp, obj)
         assert refused.returncode != 0
