@@ -206,12 +206,19 @@ def _int(text: str) -> int:
 
 
 def _conditions_or_error(config_path: str | None) -> list[dict[str, str]]:
-    from webhook.config import ConfigError
+    """matchConditions for the CLI; says on stderr why there are none when a policy needs every object."""
+    from webhook.config import ConfigError, load_config
+    from webhook.matchconditions import build_match_conditions, cpu_scope
 
     try:
-        return match_conditions_for(config_path)
+        config = load_config(config_path)
     except ConfigError as exc:
         raise WebhookConfigError(str(exc).splitlines()[0]) from None
+    scope = cpu_scope(config)
+    if scope.everything:
+        print(f"gpuguard: note: no matchConditions, every intercepted object reaches the webhook: {scope.reason}",
+              file=sys.stderr)
+    return build_match_conditions(accelerator_resource_patterns(config), scope)
 
 
 def cmd_webhook_config(args: argparse.Namespace) -> int:

@@ -131,3 +131,16 @@ def test_every_registered_policy_is_classified():
 
     known = mc.ACCELERATOR_ONLY | set(mc.CPU_SWITCHES) | {"priority-abuse"}
     assert set(REGISTRY) <= known, f"classify {sorted(set(REGISTRY) - known)} in webhook/matchconditions.py"
+
+
+def test_cli_says_why_it_emits_no_conditions(tmp_path):
+    from tests.unit.server_helpers import run_cli
+
+    config = tmp_path / "config.yaml"
+    config.write_text(HEADER + "policies:\n  job-ttl: {gpuOnly: false}\n")
+    result = run_cli("webhook-config", "--service", "gpuguard/gpuguard", "--config", str(config))
+    assert result.returncode == 0 and "matchConditions" not in result.stdout
+    assert result.stderr.strip() == ("gpuguard: note: no matchConditions, every intercepted object reaches the "
+                                     "webhook: job-ttl is configured to act on CPU objects")
+    shipped = run_cli("webhook-config", "--service", "gpuguard/gpuguard")
+    assert shipped.returncode == 0 and "matchConditions" in shipped.stdout and shipped.stderr == ""
