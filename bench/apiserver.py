@@ -13,7 +13,9 @@ builds them, and ``ControlPlane`` does so on first use).  On one real kube-apise
   and certificates from ``gpuguard certs create --ip 127.0.0.1``: the mutating and the validating webhook,
   failurePolicy Fail, as an admin installs it.
 
-N GPU Pods and N GPU Jobs that pass every policy are created one at a time over one keep-alive
+N GPU Pods, N GPU Jobs that pass every policy and N CPU Pods (``cpu-pod``: no accelerator, so the
+webhooks' matchConditions keep it away from gpuguard and the allow-all webhook alike: its added
+latency is the apiserver evaluating the CEL conditions) are created one at a time over one keep-alive
 HTTPS connection with the bearer token (no kubectl: its ~100 ms process start would drown the
 signal), each in fresh namespaces; the latency of each POST is timed in-process.  The scenarios
 run interleaved in rounds so that drift (etcd growth, a busy core) hits all of them alike.  The
@@ -59,7 +61,7 @@ from _common import (
 )
 
 SCENARIOS = ("none", "vap", "allow-webhook", "gpuguard")
-KINDS = ("pod", "job")
+KINDS = ("pod", "job", "cpu-pod")
 PRIORITY_CLASSES = ROOT / "deploy" / "base" / "priorityclasses.yaml"
 VAP_NAME = "bench-checkpoint"
 
@@ -118,7 +120,11 @@ def pod_spec(checkpoint: bool) -> dict[str, Any]:
 
 
 def manifest(kind: str, name: str, checkpoint: bool = True) -> dict[str, Any]:
-    """A GPU Pod or Job that passes every gpuguard policy (and the CEL rule) when ``checkpoint``."""
+    """A GPU Pod or Job that passes every gpuguard policy (and the CEL rule) when ``checkpoint``; or a CPU Pod."""
+    if kind == "cpu-pod":
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+            "restartPolicy": "Never", "containers": [{"name": "web", "image": "nginx", "resources": {
+                "requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}}]}}
     if kind == "pod":
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": pod_spec(checkpoint)}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
@@ -156,7 +162,7 @@ class Api:
         raise AssertionError("unreachable")
 
     def timed_create(self, kind: str, namespace: str, obj: dict[str, Any]) -> tuple[float, int, bytes]:
-        path = (f"/api/v1/namespaces/{namespace}/pods" if kind == "pod"
+        path = (f"/api/v1/namespaces/{namespace}/pods" if kind in ("pod", "cpu-pod")
                 else f"/apis/batch/v1/namespaces/{namespace}/jobs")
         data = orjson.dumps(obj)
         t0 = time.perf_counter()
@@ -239,7 +245,8 @@ def scenario(name: str, cp: Any, api: Api, hooks: dict[str, str], bare: Server) 
 
 
 _METRIC = re.compile(r'^(apiserver_request_duration_seconds|apiserver_admission_step_admission_duration_seconds|'
-                     r'apiserver_admission_webhook_admission_duration_seconds)_(sum|count)\{([^}]*)\} (\S+)$')
+                     r'apiserver_admission_webhook_admission_duration_seconds|'
+                     r'apiserver_admission_match_condition_evaluation_seconds)_(sum|count)\{([^}]*)\} (\S+)$')
 
 
 def admission_metrics(api: Api) -> dict[tuple[str, str], tuple[float, int]]:
@@ -248,7 +255,8 @@ def admission_metrics(api: Api) -> dict[tuple[str, str], tuple[float, int]]:
     * ``("request", resource)``  -- POST handling, admission included (apiserver_request_duration_seconds);
     * ``("step", "admit|validate")`` -- the mutating / validating admission phase (webhooks included);
     * ``("webhook", "admit|validating")`` -- webhook calls as the apiserver times them: the round trip,
-      and for mutating calls the decoding and application of the returned patch.
+      and for mutating calls the decoding and application of the returned patch;
+    * ``("match", "admit|validating")`` -- evaluating the webhooks' CEL matchConditions.
     """
     status, body = api.request("GET", "/metrics")
     if status != 200:
@@ -265,6 +273,9 @@ def admission_metrics(api: Api) -> dict[tuple[str, str], tuple[float, int]]:
                     or labels.get("subresource"):
                 continue
             key = ("request", labels["resource"])
+        elif metric == "apiserver_admission_match_condition_evaluation_seconds":
+            # the webhooks' CEL matchConditions, evaluated by the apiserver (type: admit|validating)
+            key = ("match", labels.get("type", "?"))
         elif metric == "apiserver_admission_step_admission_duration_seconds":
             # no resource label in 1.33; only the measured kind is created inside a window
             if labels.get("operation") != "CREATE":
@@ -284,7 +295,7 @@ def admission_metrics(api: Api) -> dict[tuple[str, str], tuple[float, int]]:
 
 def per_create_phases(deltas: dict[tuple[str, str], tuple[float, int]], kind: str, creates: int) -> dict[str, float]:
     """Milliseconds per create in each phase the apiserver times, and webhook calls per create."""
-    resource = "pods" if kind == "pod" else "jobs"
+    resource = "pods" if kind in ("pod", "cpu-pod") else "jobs"
     n = max(1, creates)
 
     def ms(key: tuple[str, str]) -> float:
@@ -297,7 +308,8 @@ def per_create_phases(deltas: dict[tuple[str, str], tuple[float, int]], kind: st
             "validating step": ms(("step", "validate")),
             "mutating webhook calls": ms(("webhook", "admit")), "mutating calls per create": calls("admit"),
             "validating webhook calls": ms(("webhook", "validating")),
-            "validating calls per create": calls("validating")}
+            "validating calls per create": calls("validating"),
+            "matchConditions": ms(("match", "admit")) + ms(("match", "validating"))}
 
 
 def summarize(samples: list[float]) -> dict[str, float]:
@@ -451,9 +463,11 @@ def render(stats: dict[str, dict[str, float]], server_side: dict[str, list[float
                 if ph:
                     prow.append([kind, s, ph["request"], ph["mutating step"], ph["validating step"],
                                  f"{ph['mutating webhook calls']:.2f} ({ph['mutating calls per create']:.0f})",
-                                 f"{ph['validating webhook calls']:.2f} ({ph['validating calls per create']:.0f})"])
+                                 f"{ph['validating webhook calls']:.2f} ({ph['validating calls per create']:.0f})",
+                                 round(ph.get("matchConditions", 0.0), 3)])
         out.write(table(["kind", "admission", "request, server side", "mutating phase", "validating phase",
-                         "mutating webhook calls (n)", "validating webhook calls (n)"], prow))
+                         "mutating webhook calls (n)", "validating webhook calls (n)", "matchConditions (both)"],
+                        prow))
     side = {k: summarize(v) for k, v in server_side.items() if v}
     # creates sent in the gpuguard scenario, warm-up included (the log has those reviews too)
     sent = args.rounds * (args.warmup + per_round)

@@ -90,13 +90,13 @@ def quiet_logging() -> Iterator[None]:
 
 def request_path(runtime: Any, body: bytes) -> Callable[[], bytes]:
     """``handle_review`` minus the socket: parse, answer, serialise, metrics and the log line."""
-    from webhook import admission, logs, metrics, server
+    from webhook import admission, logs, metrics, review
 
     def run() -> bytes:
         started = time.perf_counter()
         req = admission.parse_review(body)
-        review, outcome = server.answer(runtime, "mutate", req, {})
-        out = orjson.dumps(review)
+        answer, outcome = review.answer(runtime, "mutate", req, {})
+        out = orjson.dumps(answer)
         elapsed = time.perf_counter() - started
         metrics.DURATION.labels(endpoint="mutate").observe(elapsed)
         metrics.REQUESTS.labels(endpoint="mutate", kind=metrics.kind_label(req.kind.group, req.kind.version,
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     from webhook import admission
     from webhook.config import load_config, parse_config_text
     from webhook.engine import Engine
-    from webhook.server import Active, Runtime, ServeSettings
+    from webhook.runtime import Active, Runtime, ServeSettings
 
     busy = cpu_busy_elsewhere(0.5)
     bodies = ensure_bodies()

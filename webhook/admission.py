@@ -14,7 +14,7 @@ import re
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from webhook.decision import Decision, Violation
 
@@ -34,6 +34,12 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 # The apiserver stores an audit annotation as "<webhook name>/<key>" and rejects keys that then
 # have two slashes, so ours is a bare qualified name: [A-Za-z0-9][-A-Za-z0-9_.]*, <= 63 chars.
 _AUDIT_KEY_BAD = re.compile(r"[^-A-Za-z0-9_.]")
+# How deep a review body may nest (the review and request envelopes included): as deep as orjson
+# can serialise (it stops at 255 levels).  Real objects stay under 20 levels; the engine
+# serialises objects with orjson, so a deeper object used to fail half-way through a review
+# (and failureMode open admitted it unmutated) instead of being refused up front.
+MAX_DEPTH = 254
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 class ReviewError(Exception):
@@ -87,7 +93,8 @@ class AdmissionRequest(_Envelope):
     user_info: UserInfo = Field(default_factory=UserInfo, alias="userInfo")
     object: Any = None
     old_object: Any = Field(default=None, alias="oldObject")
-    dry_run: bool = Field(default=False, alias="dryRun")
+    # Strict: the apiserver sends a JSON boolean; "yes" or 1 is a malformed review, not a dry run.
+    dry_run: StrictBool = Field(default=False, alias="dryRun")
 
     @field_validator("dry_run", mode="before")
     @classmethod
@@ -98,6 +105,14 @@ class AdmissionRequest(_Envelope):
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _object_is_a_mapping(self) -> AdmissionRequest:
+        # The apiserver always sends the object of a CREATE or UPDATE; anything else is a broken
+        # review to refuse (400), not an object for the engine to fail on.
+        if self.operation in ("CREATE", "UPDATE") and not isinstance(self.object, dict):
+            raise ValueError(f"object must be a JSON object for {self.operation}")
+        return self
 
     def object_name(self) -> str | None:
         """``request.name`` or, for generateName creates, the object's name/generateName."""
@@ -125,14 +140,38 @@ def _describe(exc: ValidationError) -> str:
     return "not an admission.k8s.io/v1 AdmissionReview: " + "; ".join(parts)
 
 
+def depth_exceeds(data: Any) -> bool:
+    """Whether parsed JSON ``data`` nests deeper than ``MAX_DEPTH`` levels.
+
+    Asked of orjson itself: serialising fails exactly past its limit, in C, in microseconds
+    (6 us for a GPU Job, 0.2 ms for 60 KB), where a Python walk over every node cost 40x more.
+    Data from ``orjson.loads`` has nothing else orjson could refuse to serialise.
+    """
+    try:
+        orjson.dumps(data)
+    except orjson.JSONEncodeError:
+        return True
+    return False
+
+
 def parse_review(body: bytes) -> AdmissionRequest:
-    """Parse a request body into the AdmissionRequest; :class:`ReviewError` (400) when it is not one."""
+    """Parse a request body into the AdmissionRequest; :class:`ReviewError` (400) when it is not one.
+
+    The nesting depth is checked right after parsing, before the envelope is validated or the
+    engine sees the object.
+    """
+    if body.startswith(GZIP_MAGIC):
+        raise ReviewError(400, "body is gzip-compressed data; send the AdmissionReview as plain JSON")
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc) or "recursion" in str(exc).lower():
+            raise ReviewError(400, f"body nests deeper than {MAX_DEPTH} levels") from None
         raise ReviewError(400, f"body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ReviewError(400, "body is not a JSON object (expected an AdmissionReview)")
+    if depth_exceeds(data):
+        raise ReviewError(400, f"body nests deeper than {MAX_DEPTH} levels")
     try:
         return AdmissionReview.model_validate(data).request
     except ValidationError as exc:

@@ -372,28 +372,96 @@ def _compile_accelerators(entries: Any, source: str, lines: dict[tuple, int]) ->
         raise ConfigError(f"{source}:{_line_for(lines, loc)}: accelerators[{exc.name}]: {exc}") from None
 
 
+# A YAML alias re-uses a node; expanding aliases of aliases grows exponentially ("billion
+# laughs": 440 bytes took a live server to 2 GB).  The composed node graph is small, so its
+# expanded size is counted there, before anything is constructed.  Real configs expand to a
+# few thousand nodes.
+MAX_EXPANDED_NODES = 100_000
+MAX_NESTING = 64
+
+
 def load_config(path: str | Path | None = None) -> Config:
     """Load a GpuguardConfig file (``None``: the shipped default) or raise ``ConfigError``."""
     file: Path | Traversable = Path(path) if path is not None else DEFAULT_CONFIG_PATH
     source = str(file)
     try:
-        text = file.read_text(encoding="utf-8")
+        raw = file.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read config: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{source}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                          f"{exc.start}); save the config as UTF-8") from None
     return parse_config_text(text, source)
+
+
+def _check_expansion(root: yaml.Node, source: str) -> None:
+    """Refuse documents whose aliases expand beyond ``MAX_EXPANDED_NODES`` or that nest too deeply.
+
+    Iterative, with each distinct node's expanded size computed once, so checking a bomb costs
+    as little as composing it.  A node that contains itself (a recursive alias) is refused too.
+    """
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if done:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[key] > MAX_EXPANDED_NODES:
+                raise ConfigError(f"{source}:{node.start_mark.line + 1}: YAML aliases expand this document "
+                                  f"beyond {MAX_EXPANDED_NODES} nodes; write the values out instead")
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise ConfigError(f"{source}:{node.start_mark.line + 1}: a YAML alias refers to a node that "
+                              "contains it (recursive alias)")
+        if depth > MAX_NESTING:
+            raise ConfigError(f"{source}:{node.start_mark.line + 1}: nested deeper than {MAX_NESTING} levels")
+        on_path.add(key)
+        stack.append((node, depth, True))
+        stack.extend((c, depth + 1, False) for c in children if id(c) not in sizes)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _compose_and_construct(text: str, source: str) -> tuple[yaml.Node | None, Any]:
+    """Compose once, bound the expansion, then construct from the same node graph (no second parse)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        _check_expansion(node, source)
+        return node, loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def parse_config_text(text: str, source: str = "<config>") -> Config:
     """Parse and compile config YAML text (used for files, ConfigMaps and tests)."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node, data = _compose_and_construct(text, source)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
         raise ConfigError(f"{source}:{line}: invalid YAML: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: invalid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: invalid YAML: nested too deeply") from None
     if node is None:
         raise ConfigError(f"{source}:1: the config file is empty")
     return build_config(data, source, _line_index(node))

@@ -37,6 +37,17 @@ REQUESTS = Counter(
     "Admission reviews answered, by endpoint, workload kind and decision (allowed|denied|error).",
     ["endpoint", "kind", "decision"],
 )
+REJECTED = Counter(
+    "gpuguard_rejected_requests_total",
+    "Requests to /mutate or /validate answered without a review: 400 malformed, 413 too large, 415 "
+    "compressed, or disconnect (the client left mid-body).",
+    ["endpoint", "code"],
+)
+CONNECTIONS_REFUSED = Counter(
+    "gpuguard_connections_closed_total",
+    "Connections the server closed itself: over the connection cap, or a request not read in time.",
+    ["reason"],
+)
 VIOLATIONS = Counter(
     "gpuguard_violations_total",
     "Policy violations found in admission reviews (dry-run requests are not counted), by verdict.",

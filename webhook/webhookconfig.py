@@ -118,6 +118,7 @@ def build_webhook_configurations(
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
     namespace: str = "gpuguard",
     port: int = 443,
+    match_conditions: list[dict[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """The MutatingWebhookConfiguration and ValidatingWebhookConfiguration, as dicts.
 
@@ -125,9 +126,11 @@ def build_webhook_configurations(
     ``service`` (``(namespace, name)``) is required.  ``ca_bundle`` is the CA PEM; when it is
     ``None`` the field is left out so that ``certs inject`` or cert-manager's cainjector can
     own it (an empty value in applied manifests would be reset on every ``kubectl apply``).
-    ``namespace`` is gpuguard's own namespace, excluded from interception.
+    ``namespace`` is gpuguard's own namespace, excluded from interception.  ``match_conditions``
+    (default: :func:`match_conditions` of the shipped config) keep CPU-only objects away.
     """
     _validate(url, service, port, failure_policy, timeout_seconds, namespace)
+    conditions = match_conditions_for(None) if match_conditions is None else match_conditions
     excluded = [*SYSTEM_NAMESPACES, *([namespace] if namespace not in SYSTEM_NAMESPACES else [])]
     namespace_selector = {
         "matchExpressions": [
@@ -147,6 +150,7 @@ def build_webhook_configurations(
             "namespaceSelector": namespace_selector,
             "sideEffects": "None",
             "timeoutSeconds": timeout_seconds,
+            **({"matchConditions": [dict(c) for c in conditions]} if conditions else {}),
         }
 
     # Mutation runs on UPDATE too: a re-apply or replace must get gpuguard's changes back, not strip
@@ -172,6 +176,20 @@ def build_webhook_configurations(
     ]
 
 
+def accelerator_resource_patterns(config: Any) -> tuple[str, ...]:
+    """The resource-name globs of every enabled accelerator profile (DRA claims are matched apart)."""
+    return config.accelerators.resource_patterns()
+
+
+def match_conditions_for(config_path: str | None) -> list[dict[str, str]]:
+    """matchConditions derived from ``workloads.kinds`` and the config at ``config_path`` (None: shipped)."""
+    from webhook.config import load_config
+    from webhook.matchconditions import build_match_conditions, cpu_scope
+
+    config = load_config(config_path)
+    return build_match_conditions(accelerator_resource_patterns(config), cpu_scope(config))
+
+
 def render_yaml(documents: list[dict[str, Any]]) -> str:
     """The documents as multi-document YAML, key order preserved, with the "generated" header."""
     body = yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False, explicit_start=True)
@@ -192,6 +210,22 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
+def _conditions_or_error(config_path: str | None) -> list[dict[str, str]]:
+    """matchConditions for the CLI; says on stderr why there are none when a policy needs every object."""
+    from webhook.config import ConfigError, load_config
+    from webhook.matchconditions import build_match_conditions, cpu_scope
+
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        raise WebhookConfigError(str(exc).splitlines()[0]) from None
+    scope = cpu_scope(config)
+    if scope.everything:
+        print(f"gpuguard: note: no matchConditions, every intercepted object reaches the webhook: {scope.reason}",
+              file=sys.stderr)
+    return build_match_conditions(accelerator_resource_patterns(config), scope)
+
+
 def cmd_webhook_config(args: argparse.Namespace) -> int:
     ca_bundle: bytes | None = None
     try:
@@ -205,10 +239,11 @@ def cmd_webhook_config(args: argparse.Namespace) -> int:
         if args.url is not None and args.port is not None:
             raise WebhookConfigError("--port applies to --service only; put the port in --url")
         namespace = args.namespace or (args.service[0] if args.service else "gpuguard")
+        conditions = _conditions_or_error(args.config)
         documents = build_webhook_configurations(
             url=args.url, service=args.service, ca_bundle=ca_bundle, name=args.name,
             failure_policy=args.failure_policy, timeout_seconds=args.timeout, namespace=namespace,
-            port=args.port if args.port is not None else 443,
+            port=args.port if args.port is not None else 443, match_conditions=conditions,
         )
     except WebhookConfigError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
@@ -240,4 +275,7 @@ def register(subparsers: Any) -> None:
                         help="gpuguard's namespace, excluded from interception (default: the --service "
                              "namespace, else gpuguard)")
     parser.add_argument("--port", type=_int, help="Service port (default 443); --service only")
+    parser.add_argument("--config", metavar="FILE",
+                        help="GpuguardConfig the server runs with: its accelerator resources and policies decide "
+                             "the matchConditions (default: the built-in config)")
     parser.set_defaults(func=cmd_webhook_config)

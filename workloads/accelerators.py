@@ -295,6 +295,13 @@ class Accelerators:
         self._wanted_cache: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
         self._for_class = lru_cache(maxsize=512)(self._for_class_uncached)
 
+    def resource_patterns(self) -> tuple[str, ...]:
+        """Every extended-resource name or glob some profile claims (the webhook's matchConditions)."""
+        seen: dict[str, None] = {}
+        for profile in self.profiles:
+            seen.update(dict.fromkeys(profile.spec.resources))
+        return tuple(seen)
+
     @staticmethod
     def _per_device(spec: ProfileSpec, by_name: dict[str, ProfileSpec]) -> Size:
         seen = {spec.name}

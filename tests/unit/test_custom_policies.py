@@ -426,7 +426,7 @@ def test_custom_and_builtin_findings_share_the_violation_shape():
 
 
 def test_rules_that_read_namespace_labels_make_the_server_look_them_up():
-    from webhook.server import _profiles_use_labels
+    from webhook.namespaces import profiles_use_labels as _profiles_use_labels
 
     plain = parse_config_text(config(rule("true")), "cfg.yaml")
     by_match = parse_config_text(config(rule("true", match="{namespaceLabels: {tier: gold}}")), "cfg.yaml")

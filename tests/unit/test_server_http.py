@@ -104,16 +104,16 @@ def test_body_over_the_limit_gets_413(server: Server) -> None:
     assert _response(server, "/validate", review(gpu_job()))["allowed"] is False
 
 
-def test_engine_error_is_answered_per_failure_mode(server: Server) -> None:
+def test_an_object_that_is_not_a_mapping_is_refused_before_the_engine(server: Server) -> None:
+    # It used to take the engine's error path, which failureMode open admits; the error path is
+    # for bugs only now (tested with a failing engine in test_server_hardening.py).
     body = review(gpu_job())
     body["request"]["object"] = "not a mapping"
-    response = _response(server, "/validate", body)
-    if load_config(None).failure_mode == "open":
-        assert response["allowed"] is True
-        assert "failureMode is open" in response["warnings"][0]
-    else:
-        assert response["allowed"] is False and response["status"]["code"] == 500
-    assert "Traceback" not in orjson.dumps(response).decode()
+    resp = server.post("/validate", body)
+    assert resp.status_code == 400
+    assert resp.json() == {"error": "not an admission.k8s.io/v1 AdmissionReview: request: Value error, object must "
+                                    "be a JSON object for CREATE"}
+    assert "Traceback" not in resp.text
 
 
 def test_dry_run_is_answered_but_not_counted_as_a_violation(server: Server) -> None:

@@ -11,7 +11,9 @@ from tests.unit.server_helpers import gpu_job, review
 from webhook.admission import parse_review
 from webhook.config import parse_config_text
 from webhook.engine import Engine
-from webhook.server import Active, NamespaceLabels, Runtime, ServeSettings, answer
+from webhook.namespaces import NamespaceLabels
+from webhook.review import answer
+from webhook.runtime import Active, Runtime, ServeSettings
 
 CONFIG = """\
 apiVersion: gpuguard.io/v1alpha1

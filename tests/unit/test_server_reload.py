@@ -117,19 +117,17 @@ def test_configmap_swap_reloads_and_a_bad_edit_keeps_the_old_config(tmp_path: Pa
         assert errors and "config.yaml:" in errors[0] and "surprise" in errors[0]
 
 
-def test_in_place_rewrite_switches_failure_mode(tmp_path: Path) -> None:
+def test_in_place_rewrite_switches_the_policy_action(tmp_path: Path) -> None:
     path = tmp_path / "gpuguard.yaml"
     path.write_text(config_text("enforce", failure_mode="closed"))
     with serve(tmp_path, "--config", str(path), "--reload-interval", "0.2") as server:
-        closed = validate(server, obj="not a mapping")
-        assert closed["allowed"] is False and closed["status"]["code"] == 500
-        assert "failureMode is closed" in closed["status"]["message"]
+        denied = validate(server)
+        assert denied["allowed"] is False and "[checkpoint-volume]" in denied["status"]["message"]
 
         with path.open("w") as fh:  # same inode, new contents
-            fh.write(config_text("enforce", failure_mode="open"))
-        opened = wait_for(lambda: (r := validate(server, obj="not a mapping"))["allowed"] and r,
-                          what="failureMode open")
-        assert "failureMode is open" in opened["warnings"][0]
+            fh.write(config_text("warn", failure_mode="closed"))
+        warned = wait_for(lambda: (r := validate(server))["allowed"] and r, what="checkpoint-volume: warn")
+        assert "checkpoint-volume" in warned["warnings"][0]
 
 
 def test_cert_reload_serves_the_new_certificate_without_dropping_requests(tmp_path: Path) -> None:
