@@ -15,9 +15,12 @@ import orjson
 import yaml
 
 from webhook.audit.inputs import load as load_documents
+from webhook.audit.run import file_context
+from webhook.cliutil import guard
 from webhook.config import ConfigError, load_config
-from webhook.decision import Decision, RequestContext
+from webhook.decision import Decision
 from webhook.engine import Engine
+from webhook.lookup import StaticLookup
 from workloads.claims import StaticClaims
 
 
@@ -31,7 +34,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--namespace", default="default", help="namespace for objects without one")
     parser.add_argument("--fail-on-deny", action="store_true",
                         help="exit 1 when any object would be denied (default: exit 0 once all were evaluated)")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=guard(run))  # one error line, never a traceback (`evaluate ... | head` too)
 
 
 def _text(decision: Decision, index: int) -> str:
@@ -66,12 +69,14 @@ def run(args: argparse.Namespace) -> int:
     docs = list(load_documents([args.file]))
     # DRA: claim templates and claims in the same manifest resolve the pods' resourceClaims.
     engine.claims = StaticClaims((d.obj for d in docs if d.obj is not None), origin=f"{args.file}")
+    runtimes = StaticLookup(d.obj for d in docs)  # a TrainJob's runtime in the same manifest
     for doc in docs:
         if doc.error:
             bad_input = True
             print(f"gpuguard: error: {doc.location}: {doc.error.message}", file=sys.stderr)
             continue
-        decision = engine.evaluate(doc.obj, RequestContext(operation="CREATE", namespace=args.namespace))
+        # As the apiserver would get it: in the object's namespace, else the default one.
+        decision = engine.evaluate(doc.obj, file_context(doc.obj, args.namespace, None, runtimes or None))
         denied = denied or not decision.allowed
         if args.format == "json":
             results.append(decision.result_entry(doc.source, doc.index))

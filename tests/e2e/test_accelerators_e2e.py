@@ -34,8 +34,8 @@ def cluster(tmp_path_factory) -> Iterator[tuple[ControlPlane, GpuguardServer]]:
         config = DEFAULT_CONFIG.read_text().replace("  checkpoint-volume:\n    action: enforce",
                                                     "  checkpoint-volume:\n    action: \"off\"")
         assert "action: \"off\"" in config
-        server = GpuguardServer(tmp_path_factory.mktemp("gpuguard-acc"), config,
-                                ("--dra-claims", "--kubeconfig", str(cp.kubeconfig)))
+        server = GpuguardServer(tmp_path_factory.mktemp("gpuguard-acc"), config, kubeconfig=cp.kubeconfig,
+                                extra_args=("--dra-claims",))
         server.start()
         try:
             cp.kubectl("apply", "-f", str(DEFAULT_CONFIG.parent.parent / "deploy" / "base" / "priorityclasses.yaml"))
