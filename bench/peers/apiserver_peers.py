@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,21 @@ def scenario(name: str, cp: Any, api: PeerApi, hooks: dict[str, str], bare: Serv
             time.sleep(3)
 
 
+def reviews_by_kind(log: Path, kinds: list[str]) -> dict[str, Counter[str]]:
+    """gpuguard's reviews in the measured windows, by benchmarked kind (from the namespace) and endpoint."""
+    out: dict[str, Counter[str]] = {k: Counter() for k in kinds}
+    for line in log.read_text(errors="replace").splitlines():
+        with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
+            entry = orjson.loads(line)
+            ns = str(entry.get("namespace", ""))
+            if entry.get("msg") != "admission review" or not ns.startswith("bench-gpuguard-"):
+                continue
+            kind = max((k for k in kinds if ns.startswith(f"bench-gpuguard-{k}-")), key=len, default=None)
+            if kind:
+                out[kind][str(entry.get("endpoint"))] += 1
+    return out
+
+
 def run_window(api: PeerApi, kind: str, ns: str, count: int, warmup: int, failures: dict[str, int],
                label: str) -> tuple[list[float], dict[tuple[str, ...], float]]:
     """``warmup`` uncounted then ``count`` sequential creates; latencies (ms) and the apiserver counters' delta."""
@@ -427,14 +443,19 @@ def main(argv: list[str] | None = None) -> int:
                 if kyv:
                     kyv.stop()
             server_side = server_side_latencies(server.log)
+            gg_reviews = reviews_by_kind(server.log, kinds)
 
     stats = {f"{s}/{k}": summarize(v) for (s, k), v in samples.items() if v}
     ph = {f"{s}/{k}": phases(d, k, len(samples[(s, k)])) for (s, k), d in inside.items()}
     cpu_per_1000 = {f"{s}/{k}": {p: 1000 * v / c["creates"] for p, v in c.items() if p != "creates"}
                     for (s, k), c in cpu.items()}
     kyv_ms = {k: 1000 * t / n for (_s, k), (t, n) in kyv_inside.items() if n}
+    reviews = {f"gpuguard/{k}": {e: c / cpu[("gpuguard", k)]["creates"] for e, c in v.items()}
+               for k, v in gg_reviews.items() if ("gpuguard", k) in cpu}
+    reviews |= {f"kyverno/{k}": {"all": n / cpu[("kyverno", k)]["creates"]}
+                for (_s, k), (_t, n) in kyv_inside.items() if ("kyverno", k) in cpu}
     text = render(stats, ph, cpu_per_1000, mem, loads, kinds, scenarios, per_round * args.rounds, args.rounds,
-                  server_side, kyv_ms)
+                  server_side, kyv_ms, reviews)
     if warning := quiet_warning(busy):
         text += f"\n\n{warning}"
     info = machine()
@@ -447,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                      "load_seconds": args.load_seconds, "clients": args.clients},
         "skipped": skipped, "cpu_busy_before": busy, "failures": failures, "create_ms": stats,
         "apiserver_per_create": ph, "webhook_cpu_seconds_per_1000_creates": cpu_per_1000, "memory_mb": mem,
-        "kyverno_server_side_ms_per_review": kyv_ms,
+        "kyverno_server_side_ms_per_review": kyv_ms, "reviews_per_create_seen_by_webhook": reviews,
         "gpuguard_server_side_ms": {k: summarize(v) for k, v in server_side.items() if v},
         "kyverno_webhooks": settings_seen.get("kyverno"), "load": loads, "tables": text,
     })
@@ -458,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
 def render(stats: dict[str, dict[str, float]], ph: dict[str, dict[str, float | None]],
            cpu_per_1000: dict[str, dict[str, float]], mem: dict[str, dict[str, float]], loads: list[dict[str, Any]],
            kinds: list[str], scenarios: list[str], n: int, rounds: int, server_side: dict[str, list[float]],
-           kyv_ms: dict[str, float]) -> str:
+           kyv_ms: dict[str, float], reviews: dict[str, dict[str, float]]) -> str:
     out = io.StringIO()
     owner = {"gpuguard": "gpuguard", "kyverno": "kyverno", "allow-webhook": "allow-webhook"}
     out.write(f"Per-create latency through kube-apiserver (ms; {n} creates per row, {rounds} interleaved rounds, "
@@ -502,6 +523,12 @@ def render(stats: dict[str, dict[str, float]], ph: dict[str, dict[str, float | N
         srows = [[f"gpuguard {k}", v["n"], v["mean"], v["p50"], v["p99"]] for k, v in sorted(side.items())]
         srows += [[f"kyverno ({k})", None, v, None, None] for k, v in sorted(kyv_ms.items())]
         out.write(table(["review", "n", "mean", "p50", "p99"], srows))
+    if reviews:
+        out.write("\n\nReviews per create as the webhook process counts them (gpuguard: its log, by endpoint, "
+                  "reinvocations included; Kyverno: kyverno_admission_review_duration_seconds_count)\n")
+        out.write(table(["scenario/kind", "reviews per create"],
+                        [[k, ", ".join(f"{e} {c:.2f}" for e, c in sorted(v.items()))]
+                         for k, v in sorted(reviews.items())]))
     if mem:
         out.write("\n\nWebhook process memory at the end (MB): RSS, peak RSS\n")
         out.write(table(["process", "RSS", "peak RSS"], [[p, m.get("VmRSS"), m.get("VmHWM")] for p, m in mem.items()]))
