@@ -10,8 +10,9 @@ For every object and policy id, the two outcomes compared are:
 * gpuguard: ``gpuguard audit --format json`` with the default config -> ``deny`` / ``warn`` (a
   finding), ``mutate`` (in ``mutatedBy``) or ``-``;
 * Kyverno: all translated policies at once with ``--policy-report`` (validate results: ``fail`` of an
-  Enforce rule -> ``deny``, of an Audit rule -> ``warn``), and each mutating policy alone with
-  ``-o FILE`` (the written resource differs from the input -> ``mutate``).
+  Enforce rule -> ``deny``, of an Audit rule -> ``warn``; the CLI chains the mutating policies before
+  validating, as admission does), and each mutating policy alone with ``-o DIR`` (the written
+  resource differs from the input -> ``mutate``).
 
 Prints (or writes as Markdown for docs/compare-kyverno.md) every object/policy pair that differs,
 and a count per policy.  Why here and not in the test suite: it needs the Kyverno build (minutes,
@@ -108,7 +109,7 @@ def kyverno_outcomes(cli: Path, inputs: Path, work: Path) -> tuple[dict[Key, dic
     proc = subprocess.run([str(cli), "apply", str(kyverno_proc.POLICY_DIR), "--resource", str(inputs),
                            "--policy-report", "--output-format", "json", "--remove-color"],
                           capture_output=True, text=True, check=False)
-    start = proc.stdout.find("{")
+    start = proc.stdout.find('{"kind":"ClusterReport"')
     if start < 0:
         raise RuntimeError(f"kubectl-kyverno apply gave no report:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     report, _ = json.JSONDecoder().raw_decode(proc.stdout[start:])
@@ -125,16 +126,15 @@ def kyverno_outcomes(cli: Path, inputs: Path, work: Path) -> tuple[dict[Key, dic
                 notes.append(f"{policy}/{rule} on {'/'.join(k)}: {item.get('message', '')[:200]}")
     originals = {key_of(o): o for p in sorted(inputs.glob("*.yaml")) for o in _objects(p)}
     for pid in MUTATING:
-        target = work / f"mutated-{pid}.yaml"
+        target = work / f"mutated-{pid}"  # one NAME-mutated.yaml per resource, a document per applied policy
+        target.mkdir()
         subprocess.run([str(cli), "apply", str(kyverno_proc.POLICY_DIR / f"{pid}.yaml"), "--resource", str(inputs),
                         "-o", str(target), "--remove-color"], capture_output=True, text=True, check=False)
-        if not target.exists():
-            notes.append(f"{pid}: kubectl-kyverno wrote no mutated resources")
-            continue
-        for obj in yaml.safe_load_all(target.read_text()):
-            if isinstance(obj, dict) and obj.get("kind"):
-                k = key_of(obj)
-                if k in originals and _strip(obj) != _strip(originals[k]):
+        for path in sorted(target.glob("*.yaml")):
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind")]
+            if docs:
+                k = key_of(docs[-1])
+                if k in originals and _strip(docs[-1]) != _strip(originals[k]):
                     out.setdefault(k, {})[pid] = "mutate"
     return out, notes
 

@@ -115,7 +115,14 @@ class Kyverno:
         crds = module_dir() / "config" / "crds"
         for group in CRD_GROUPS:
             self.cp.kubectl("apply", "--server-side", "-f", str(crds / group), timeout=120)
-        self.cp.kubectl("wait", "--for=condition=Established", "--timeout=90s", "crd", "--all", timeout=120)
+        for attempt in range(10):  # a CRD created a moment ago may have no status yet: kubectl wait errors
+            try:
+                self.cp.kubectl("wait", "--for=condition=Established", "--timeout=90s", "crd", "--all", timeout=120)
+                return
+            except Exception:
+                if attempt == 9:
+                    raise
+                time.sleep(2)
 
     def start(self, timeout: float = 120) -> None:
         _cli, controller = binaries(build=False)
