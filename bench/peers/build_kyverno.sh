@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build Kyverno v1.15.2 (the kubectl-kyverno CLI and the admission controller) from the Go module
 # proxy into a cache outside the repo, for bench/apiserver.py's `kyverno` scenario and
-# bench/cli_compare.py.  Never part of the default test run: a cold build takes ~7 min on 2 cores
+# bench/cli_compare.py.  Never part of the default test run: a cold build took 22 min on a busy 2-core machine
 # and grows the Go caches by ~4 GB.
 #
 # Why a wrapper module: `go install github.com/kyverno/kyverno/...@v1.15.2` is refused because
@@ -75,7 +75,7 @@ fi
 ldflags="-s -w -X github.com/kyverno/kyverno/pkg/version.BuildVersion=$KYVERNO_VERSION"
 cd "$WRAP"
 if [[ ! -x "$OUT/kubectl-kyverno" ]]; then
-    log "go build kubectl-kyverno (cold: ~6 min at -p=1 on a busy 2-core machine)"
+    log "go build kubectl-kyverno (cold: 6-19 min on a busy 2-core machine)"
     nice -n 19 go build -trimpath -ldflags "$ldflags" -o "$OUT/kubectl-kyverno.tmp" \
         github.com/kyverno/kyverno/cmd/cli/kubectl-kyverno
     mv -f "$OUT/kubectl-kyverno.tmp" "$OUT/kubectl-kyverno"
