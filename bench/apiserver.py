@@ -9,6 +9,8 @@ builds them, and ``ControlPlane`` does so on first use).  On one real kube-apise
 * ``allow-webhook`` -- ``bench/allow_app.py`` (FastAPI on uvicorn, same TLS, answers "allowed" without
   looking) registered exactly like gpuguard: what any Python webhook costs per create, the
   price of the mechanism before gpuguard does any work;
+* with ``--peers``: ``kyverno`` and ``map+vap`` next to ``none``, ``allow-webhook`` and ``gpuguard``
+  (``bench/peers/apiserver_peers.py``; its options follow ``--peers``);
 * ``gpuguard`` -- ``gpuguard serve`` registered with ``gpuguard webhook-config --url https://127.0.0.1:PORT``
   and certificates from ``gpuguard certs create --ip 127.0.0.1``: the mutating and the validating webhook,
   failurePolicy Fail, as an admin installs it.
@@ -336,6 +338,11 @@ def server_side_latencies(log: Path) -> dict[str, list[float]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Start the control plane and both webhooks, run the interleaved rounds, print and write apiserver.json."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--peers" in argv:  # kyverno and map+vap next to none, allow-webhook and gpuguard: bench/peers/
+        from peers.apiserver_peers import main as peers_main
+
+        return peers_main([a for a in argv if a != "--peers"])
     parser = argparse.ArgumentParser(description="per-create latency through a real kube-apiserver")
     parser.add_argument("-n", type=int, default=1000, help="creates per scenario and kind (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: %(default)s)")

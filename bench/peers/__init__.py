@@ -1,0 +1,1 @@
+"""Peers of gpuguard on the same apiserver: Kyverno, and the apiserver's own CEL admission policies."""
