@@ -41,9 +41,9 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from _common import (
@@ -62,6 +62,7 @@ from _common import (
     write_results,
 )
 
+T = TypeVar("T")
 SCENARIOS = ("none", "vap", "allow-webhook", "gpuguard")
 KINDS = ("pod", "job", "cpu-pod")
 PRIORITY_CLASSES = ROOT / "deploy" / "base" / "priorityclasses.yaml"
@@ -149,19 +150,31 @@ class Api:
     def _connect(self) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection(self._host, self._port, context=self._ctx, timeout=30)
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
-        data = orjson.dumps(body) if body is not None else None
+    def retrying(self, send: Callable[[], T]) -> T:
+        """``send()`` on the connection, once more on a fresh one if the socket or TLS failed.
+
+        Between two uses of a set-up (a minute-long load run) the apiserver closes the idle
+        keep-alive connection; the next request then sees an EOF (an ``OSError``), not a refusal.
+        """
         for attempt in (1, 2):
             try:
-                self._conn.request(method, path, body=data, headers=self._headers)
-                resp = self._conn.getresponse()
-                return resp.status, resp.read()
-            except (ConnectionError, http.client.HTTPException):
+                return send()
+            except (OSError, http.client.HTTPException):
                 self._conn.close()
                 self._conn = self._connect()
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        data = orjson.dumps(body) if body is not None else None
+
+        def send() -> tuple[int, bytes]:
+            self._conn.request(method, path, body=data, headers=self._headers)
+            resp = self._conn.getresponse()
+            return resp.status, resp.read()
+
+        return self.retrying(send)
 
     def timed_create(self, kind: str, namespace: str, obj: dict[str, Any]) -> tuple[float, int, bytes]:
         path = (f"/api/v1/namespaces/{namespace}/pods" if kind in ("pod", "cpu-pod")

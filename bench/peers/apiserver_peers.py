@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import io
 import re
 import sys
@@ -101,44 +100,22 @@ def peer_manifest(kind: str, name: str) -> dict[str, Any]:
 
 
 class PeerApi(Api):
-    """``Api`` with creates of any benchmarked kind, reconnecting on any socket/TLS error.
-
-    Why: between two uses of a set-up (a minute-long load run) the apiserver closes the idle
-    keep-alive connection, and the next probe sees an SSL EOF, not a ConnectionError.
-    """
-
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
-        data = orjson.dumps(body) if body is not None else None
-        for attempt in (1, 2):
-            try:
-                self._conn.request(method, path, body=data, headers=self._headers)
-                resp = self._conn.getresponse()
-                return resp.status, resp.read()
-            except (OSError, http.client.HTTPException):
-                self._conn.close()
-                self._conn = self._connect()
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+    """``Api`` with creates of any benchmarked kind (reconnecting as ``Api.retrying`` does)."""
 
     def timed_create(self, kind: str, namespace: str, obj: dict[str, Any]) -> tuple[float, int, bytes]:
         return self.create(kind, namespace, obj)
 
     def create(self, kind: str, namespace: str, obj: dict[str, Any]) -> tuple[float, int, bytes]:
         data = orjson.dumps(obj)
-        for attempt in (1, 2):
-            try:
-                t0 = time.perf_counter()
-                self._conn.request("POST", PATHS[kind].format(ns=namespace), body=data, headers=self._headers)
-                resp = self._conn.getresponse()
-                body = resp.read()
-                return (time.perf_counter() - t0) * 1000, resp.status, body
-            except (OSError, http.client.HTTPException):
-                self._conn.close()
-                self._conn = self._connect()
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+
+        def send() -> tuple[float, int, bytes]:
+            t0 = time.perf_counter()
+            self._conn.request("POST", PATHS[kind].format(ns=namespace), body=data, headers=self._headers)
+            resp = self._conn.getresponse()
+            body = resp.read()
+            return (time.perf_counter() - t0) * 1000, resp.status, body
+
+        return self.retrying(send)
 
 
 # ---------------------------------------------------------------- the apiserver's own view
