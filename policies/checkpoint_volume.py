@@ -127,6 +127,8 @@ def _mounts(container: Container, template: PodTemplate, extra: dict, volcano: l
         name, path = mount.get("name"), mount.get("mountPath")
         if not isinstance(path, str):
             continue
+        if not isinstance(name, str):  # malformed (the apiserver refuses it): no volume backs it
+            name = ""
         if name in volumes:
             persistent, what = _describe(volumes[name], settings)
         elif name in extra:

@@ -185,6 +185,8 @@ class TrustedControllers:
         for ref in refs:
             if not isinstance(ref, dict) or ref.get("controller") is not True:
                 continue
+            if not isinstance(ref.get("kind"), str) or not isinstance(child[1], str):
+                return None  # malformed: the apiserver refuses it; it grants nothing
             owner = (api_group(ref.get("apiVersion")), ref.get("kind"))
             edge = self._edges.get((username, owner, child))  # type: ignore[arg-type]
             if edge is not None:

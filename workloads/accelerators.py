@@ -385,11 +385,11 @@ def merge_specs(defaults: list[dict[str, Any]], overrides: list[dict[str, Any]])
     more specific profile wins over a shipped glob.
     """
     merged = [dict(d) for d in defaults]
-    index = {d.get("name"): i for i, d in enumerate(merged)}
+    index = {d.get("name"): i for i, d in enumerate(merged) if isinstance(d.get("name"), str)}
     added = []
     for entry in overrides:
         name = entry.get("name") if isinstance(entry, dict) else None
-        if name in index:
+        if isinstance(name, str) and name in index:
             merged[index[name]] = {**merged[index[name]], **entry}
         else:
             added.append(entry)

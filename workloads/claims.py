@@ -189,7 +189,7 @@ def attach_claims(template: PodTemplate, namespace: str | None, accelerators: Ac
             template.unresolved_claims.append((path, f"{kind} {name} could not be resolved ({source.why_unknown()}): "
                                                "its devices are not counted or checked"))
             continue
-        first_user = users.get(claim_name, [(None, None)])[0]
+        first_user = users.get(claim_name, [(None, None)])[0] if isinstance(claim_name, str) else (None, None)
         for request in requests:
             profile = accelerators.for_device_class(request.device_class)
             if profile is None:

@@ -383,7 +383,7 @@ def expand_trainjob(trainjob: dict, runtime: dict) -> dict:
             pod.setdefault("metadata", {}).setdefault(group_label[0], {})[group_label[1]] = \
                 get_path(trainjob, ("metadata", "name")) or "trainjob"
         for _, container in dicts(get_path(pod, ("spec", "containers"))):
-            if container.get("name") not in node_names:
+            if not isinstance(container.get("name"), str) or container["name"] not in node_names:
                 continue
             for key in ("image", "command", "args"):
                 if trainer.get(key) is not None:
@@ -391,8 +391,8 @@ def expand_trainjob(trainjob: dict, runtime: dict) -> dict:
             if isinstance(trainer.get("resourcesPerNode"), dict):
                 container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
             if isinstance(trainer.get("env"), list):
-                env = {e.get("name"): e for e in container.get("env") or [] if isinstance(e, dict)}
-                env.update({e.get("name"): e for e in trainer["env"] if isinstance(e, dict)})
+                env = {e["name"]: e for _, e in dicts(container.get("env")) if isinstance(e.get("name"), str)}
+                env.update({e["name"]: e for _, e in dicts(trainer["env"]) if isinstance(e.get("name"), str)})
                 container["env"] = list(env.values())
     meta = trainjob.get("metadata") if isinstance(trainjob.get("metadata"), dict) else {}
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",

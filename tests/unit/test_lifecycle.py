@@ -296,3 +296,18 @@ def test_admin_guide_documents_every_built_in_controller_identity():
         for user in entry["users"]:
             sa = user.rsplit(":", 1)[-1]
             assert sa in section, (name, user)
+
+
+def test_malformed_names_and_kinds_are_judged_not_an_engine_error():
+    """Lists where strings belong (found by the fuzzer): the engine decides, it never fails."""
+    pod = make("Pod", pvc_pod_spec())
+    pod["spec"]["containers"][0]["volumeMounts"].append({"name": [], "mountPath": "/checkpoints"})
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": ["Job"], "name": "x", "uid": "u",
+                                           "controller": True}]
+    for user in ("alice", "system:serviceaccount:kube-system:job-controller"):
+        for operation in ("CREATE", "UPDATE"):
+            decision = ENGINE.evaluate(pod, RequestContext(username=user, operation=operation, old_object=pod))
+            assert decision.error is None
+    from webhook.audit.cost import is_finished
+
+    assert not is_finished({"status": {"phase": ["Succeeded"], "conditions": [{"type": ["Complete"]}]}})

@@ -163,12 +163,14 @@ def is_finished(obj: Any) -> bool:
     status = obj.get("status") if isinstance(obj, dict) else None
     if not isinstance(status, dict):
         return False
-    for cond in status.get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") in _DONE_CONDITIONS and cond.get("status") == "True":
+    conditions = status.get("conditions")
+    for cond in conditions if isinstance(conditions, list) else []:
+        if isinstance(cond, dict) and isinstance(cond.get("type"), str) and cond["type"] in _DONE_CONDITIONS \
+                and cond.get("status") == "True":
             return True
     state = status.get("state") if isinstance(status.get("state"), dict) else {}
-    return any(value in _DONE_PHASES for value in (status.get("phase"), status.get("jobDeploymentStatus"),
-                                                    state.get("phase")))
+    return any(isinstance(value, str) and value in _DONE_PHASES
+               for value in (status.get("phase"), status.get("jobDeploymentStatus"), state.get("phase")))
 
 
 @dataclass(frozen=True)
