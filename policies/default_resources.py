@@ -28,7 +28,6 @@ from pydantic import Field, field_validator
 
 from policies.base import ConfigModel, MutatingPolicy, PolicySettings
 from workloads import quantity
-from workloads.paths import child_dict
 from workloads.view import Container, PodTemplate, WorkloadView
 
 
@@ -76,22 +75,20 @@ def _bytes(value: Decimal) -> str:
 
 
 def _fill(container: Container, name: str, request: Decimal, limit_factor: float | None, fmt) -> bool:
-    """Set ``name``'s request and limit where missing, never below what the user set."""
-    resources = container.resources(create=True)
-    if resources is None:
-        return False
-    requests, limits = resources.get("requests"), resources.get("limits")
-    if not isinstance(requests, dict | None) or not isinstance(limits, dict | None):
+    """Set ``name``'s request and limit where missing, never below what the user set.
+
+    Through the container's own setters: a Spark driver/executor takes them as ``coreRequest``
+    and ``memory`` (``workloads.containers.SparkContainer``)."""
+    if not container.can_set_resources():
         return False  # malformed: leave it to the apiserver's validation
-    user_request = quantity.parse((requests or {}).get(name))
-    user_limit = quantity.parse((limits or {}).get(name))
+    user_request = quantity.parse(container.declared("requests", name))
+    user_limit = quantity.parse(container.declared("limits", name))
     changed = False
     if user_request is None and user_limit is None:
-        child_dict(resources, "requests")[name] = fmt(request)
-        user_request, changed = request, True
+        changed = container.set_resource("requests", name, fmt(request))
+        user_request = request
     if limit_factor is not None and user_limit is None and user_request is not None:
-        child_dict(resources, "limits")[name] = fmt(user_request * Decimal(str(limit_factor)))
-        changed = True
+        changed |= container.set_resource("limits", name, fmt(user_request * Decimal(str(limit_factor))))
     return changed
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from policies.base import Action, Finding, PolicySettings, ValidatingPolicy
-from workloads.paths import dicts
 from workloads.view import WorkloadView
 
 
@@ -21,12 +20,14 @@ class Settings(PolicySettings):
 
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     for template in view.gpu_templates:
-        for i, volume in dicts(template.spec.get("volumes")):
+        for path, volume in template.volume_entries():
             empty_dir = volume.get("emptyDir")
             if isinstance(empty_dir, dict) and empty_dir.get("medium") != "Memory" and not empty_dir.get("sizeLimit"):
-                yield Finding(template.spec_path + ("volumes", i), "emptyDir without sizeLimit can fill the node's "
+                yield Finding(path, "emptyDir without sizeLimit can fill the node's "
                               "disk and get the pod evicted", "set emptyDir.sizeLimit", str(volume.get("name", "")))
         for container in template.containers:
+            if container.settable is not None and "ephemeral-storage" not in container.settable:
+                continue  # the kind has no field for it (Spark)
             if container.resource_value("limits", "ephemeral-storage") is None:
                 yield Finding(container.path, "no ephemeral-storage limit: logs, caches and the writable layer can "
                               "fill the node's disk and evict its GPU pods",

@@ -50,7 +50,7 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                        "memory pressure") if best_effort else "unbounded Burstable: it can be OOM-killed with " \
                        "its neighbours or evicted before them"
                 yield Finding(container.path, f"GPU container has no memory limit, so {qos}",
-                              "set resources.limits.memory (e.g. 64Gi per GPU) or enable default-resources",
+                              f"set {container.memory_setting} (e.g. 64Gi per GPU) or enable default-resources",
                               container.name)
                 continue
             devices = container.device_equivalents()
@@ -58,7 +58,7 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                 per_gpu = quantity.format_bytes(limit / devices)
                 yield Finding(container.path, f"memory limit is {per_gpu} per device, under the "
                               f"{settings.min_memory_per_gpu} floor; loading weights and data loaders may OOM",
-                              f"raise resources.limits.memory to at least {settings.min_memory_per_gpu} per "
+                              f"raise {container.memory_setting} to at least {settings.min_memory_per_gpu} per "
                               "device (its fraction for a slice)", container.name, advisory=True)
 
 

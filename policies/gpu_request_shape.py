@@ -18,6 +18,7 @@ from pydantic import Field
 
 from policies.base import Finding, PolicySettings, ValidatingPolicy
 from workloads import quantity
+from workloads.paths import dotted
 from workloads.view import Container, PodTemplate, WorkloadView
 
 
@@ -84,6 +85,12 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
             if asked > limit:
                 yield Finding(template.spec_path, f"a pod requests {name} {asked} but the largest GPU node has "
                               f"{limit_text}: it would pend forever", f"request at most {limit_text} {name} per pod")
+    for template in view.gpu_templates:
+        if template.ref.unbounded is not None:
+            yield Finding(template.spec_path, f"{template.ref.role} pods scale without a maximum, "
+                          f"{template.gpus_per_pod} accelerator(s) each: the workload can take every free GPU",
+                          f"set {dotted(template.ref.unbounded)}", template.ref.role,
+                          advisory=settings.max_gpus_per_workload is None)
     total = view.total_gpus
     if settings.max_gpus_per_workload is not None and total > settings.max_gpus_per_workload:
         yield Finding(("spec",), f"the workload asks for {total} accelerators in all, over the limit of "

@@ -1,7 +1,9 @@
 """job-ttl: finished jobs are deleted after a while, so they stop holding quota and claims.
 
 The TTL field lives in a different place per kind (``kinds.JobFields.ttl``): Job, CronJob's
-job template, Kubeflow ``runPolicy``, JobSet, Volcano Job, RayJob, RayCronJob.  A RayJob's TTL
+job template, Kubeflow ``runPolicy``, JobSet, Volcano Job, RayJob, RayCronJob, a
+SparkApplication's ``timeToLiveSeconds``, Argo's ``ttlStrategy`` (its per-outcome TTLs are
+capped too).  A RayJob's TTL
 only works with ``shutdownAfterJobFinishes: true``, which KubeRay leaves off: the job's whole
 GPU RayCluster then stays up after the job ends.  So where the user did not set it, it is set
 to true along with the TTL; where the user set it to false, that choice stays (and
@@ -39,8 +41,13 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
             changed = True
         elif shutdown is not True:
             return False
-    return set_int_field(view.obj, fields.ttl, settings.ttl_seconds_after_finished,
-                         settings.max_ttl_seconds_after_finished) or changed
+    cap = settings.max_ttl_seconds_after_finished
+    for path in fields.ttl_variants:  # e.g. Argo's secondsAfterFailure: capped, never added
+        value, parent = get_path(view.obj, path), get_path(view.obj, path[:-1])
+        if cap is not None and isinstance(value, int) and not isinstance(value, bool) and value > cap:
+            parent[path[-1]] = cap
+            changed = True
+    return set_int_field(view.obj, fields.ttl, settings.ttl_seconds_after_finished, cap) or changed
 
 
 POLICY = MutatingPolicy(
@@ -49,7 +56,8 @@ POLICY = MutatingPolicy(
     settings_model=Settings,
     run=mutate,
     description="Sets ttlSecondsAfterFinished (Job, CronJob, Kubeflow runPolicy, JobSet, Volcano, RayJob, "
-    "RayCronJob) where absent and caps values above the maximum; on a RayJob also shutdownAfterJobFinishes: true "
+    "RayCronJob; SparkApplication timeToLiveSeconds; Argo ttlStrategy) where absent and caps values above "
+    "the maximum; on a RayJob also shutdownAfterJobFinishes: true "
     "unless the user set it false.",
     rationale="Finished jobs that are never deleted keep their pods, claims and (for RayJob) whole clusters "
     "around, holding quota and sometimes GPUs.",

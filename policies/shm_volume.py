@@ -10,7 +10,8 @@ Some operators manage /dev/shm themselves: KubeRay mounts a memory-backed /dev/s
 the Ray container's memory limit (Ray's object store lives there).  It only adds its
 volume when the container has no /dev/shm mount yet, so a mount gpuguard put in the
 RayCluster template first would win and cap the object store at 16Gi, and Ray would fall
-back to /tmp.  Templates of the kinds in ``operatorManagedKinds``, and pods their
+back to /tmp.  Spark executors are JVMs that move data through Spark's own block manager, not
+DataLoader workers.  Templates of the kinds in ``operatorManagedKinds``, and pods their
 controller creates, are therefore left alone.
 """
 
@@ -27,9 +28,11 @@ from workloads.view import PodTemplate, WorkloadView
 class Settings(PolicySettings):
     size_limit: str = Field("16Gi", description="sizeLimit of the memory-backed emptyDir.")
     operator_managed_kinds: list[str] = Field(
-        default_factory=lambda: ["ray.io/RayCluster", "ray.io/RayJob", "ray.io/RayService", "ray.io/RayCronJob"],
-        description="group/Kind whose operator mounts its own /dev/shm: their templates and the pods they "
-        "own are left alone.")
+        default_factory=lambda: ["ray.io/RayCluster", "ray.io/RayJob", "ray.io/RayService", "ray.io/RayCronJob",
+                                 "sparkoperator.k8s.io/SparkApplication",
+                                 "sparkoperator.k8s.io/ScheduledSparkApplication"],
+        description="group/Kind whose operator mounts its own /dev/shm (KubeRay), or whose pods have no "
+        "data-loader workers (Spark's JVM executors): their templates and the pods they own are left alone.")
     mount_path: str = "/dev/shm"
     volume_name: str = "dshm"
 
@@ -79,7 +82,7 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
         if not needing:
             continue
         name = _volume_name(template, settings)
-        volumes = child_list(template.spec, "volumes")
+        volumes = template.volume_list()
         if name is None or volumes is None:
             continue
         if name not in template.volumes():

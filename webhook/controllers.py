@@ -118,6 +118,24 @@ DEFAULT_TRUSTED_CONTROLLERS: dict[str, dict[str, Any]] = {
         "creates": [{"owner": "leaderworkerset.x-k8s.io/LeaderWorkerSet", "kind": "apps/StatefulSet"},
                     {"owner": "Pod", "kind": "apps/StatefulSet"}],
     },
+    # Argo Workflows (namespace argo; the Helm chart's and the quick-start's service accounts): a
+    # workflow's step pods, and the Workflows a CronWorkflow starts.
+    "argo-workflow-controller": {
+        "users": ["system:serviceaccount:argo:argo-workflows-workflow-controller",
+                  "system:serviceaccount:argo:argo"],
+        "creates": [{"owner": "argoproj.io/Workflow", "kind": "Pod"},
+                    {"owner": "argoproj.io/CronWorkflow", "kind": "argoproj.io/Workflow"}],
+    },
+    # Kubeflow Spark operator (namespace spark-operator; chart v2 and v1 service accounts): the driver
+    # pod spark-submit creates, and a ScheduledSparkApplication's runs.  Executor pods are created by
+    # the driver under the application's own service account, so they are judged as user pods.
+    "spark-operator": {
+        "users": ["system:serviceaccount:spark-operator:spark-operator-controller",
+                  "system:serviceaccount:spark-operator:spark-operator"],
+        "creates": [{"owner": "sparkoperator.k8s.io/SparkApplication", "kind": "Pod"},
+                    {"owner": "sparkoperator.k8s.io/ScheduledSparkApplication",
+                     "kind": "sparkoperator.k8s.io/SparkApplication"}],
+    },
     # KServe (kserve namespace): raw-deployment predictors become Deployments.
     "kserve": {
         "users": ["system:serviceaccount:kserve:kserve-controller-manager"],

@@ -235,6 +235,7 @@ class Engine:
             if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
                 decision.violations = self._new_in_update(decision.violations, ctx)
 
+        view.settle()  # inherited pod fields no policy changed go back to being inherited
         # Policies report their changes (and warn-mode ones work on scratch copies), so an
         # unchanged object needs no diff: the common case for controller-created pods.
         decision.patch = make_patch(original, work) if decision.mutated_by else []
@@ -268,6 +269,7 @@ class Engine:
         for policy, settings in policy_set.mutating:
             if settings.action == "enforce":
                 policy.run(view, settings)
+        view.settle()
         return scratch
 
     def _would_mutate(self, policy: MutatingPolicy, settings: PolicySettings, kind: kinds.KindSpec, raw: bytes,
@@ -277,6 +279,7 @@ class Engine:
         view = build_view(scratch, kind, self.config.accelerators, workload_class, namespace=ctx.namespace,
                           claims=self.claims)
         policy.run(view, settings)
+        view.settle()
         ops = make_patch(before, scratch)
         if not ops:
             return []

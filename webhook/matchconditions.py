@@ -69,10 +69,14 @@ POD_SPEC_PATHS: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
 }
 # Kinds whose accelerators CEL can't see from the object alone, so they are always sent: KServe
 # predictors hold containers under framework keys, an AppWrapper's pod sets are paths in data,
-# a TrainJob's templates are in the runtime it names.
+# a TrainJob's templates are in the runtime it names; Spark and Argo below.
 ALWAYS_SENT: frozenset[tuple[str, str]] = frozenset({
     ("serving.kserve.io", "InferenceService"), ("workload.codeflare.dev", "AppWrapper"),
     ("trainer.kubeflow.org", "TrainJob"),
+    # Spark asks for GPUs in driver/executor ``gpu`` or in sparkConf strings; Argo templates hold
+    # containers under ``container``, ``script`` and ``containerSet``, and inherit workflow fields.
+    ("sparkoperator.k8s.io", "SparkApplication"), ("sparkoperator.k8s.io", "ScheduledSparkApplication"),
+    ("argoproj.io", "Workflow"), ("argoproj.io", "WorkflowTemplate"), ("argoproj.io", "CronWorkflow"),
 })
 # Object-level (not per-template) fields where priority-abuse finds a priority class.
 OBJECT_PRIORITY_PATHS = (("spec", "priorityClassName"), ("spec", "runPolicy", "schedulingPolicy", "priorityClass"))

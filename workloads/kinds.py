@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from workloads import argo, spark
 from workloads.paths import Path, dicts, get_path
 
 
@@ -45,6 +46,27 @@ class TemplateRef:
     # Served through Knative (True), not (False), or by the cluster's default mode (None): Knative
     # refuses pod fields whose feature flag is off (tolerations, affinity, priorityClassName …).
     knative: bool | None = False
+    # Lists of containers in the PodSpec (paths relative to it).  Argo templates keep theirs under
+    # ``sidecars`` and ``containerSet.containers``; Spark driver/executor specs under ``sidecars``.
+    container_lists: tuple[Path, ...] = (("containers",), ("initContainers",))
+    # Volume lists the pod gets (paths from the object root); new volumes go in the first.  Empty:
+    # the PodSpec's own ``volumes``.  A Spark application shares ``spec.volumes`` between driver and
+    # executors; an Argo template adds its own to the workflow's ``spec.volumes``.
+    volume_paths: tuple[Path, ...] = ()
+    # How the PodSpec holds the main container: ``pod`` (in its container lists), or ``spark`` (the
+    # driver/executor spec *is* the main container: ``cores``, ``memory``, ``gpu``, ``env`` …, and the
+    # operator writes the container's ``resources`` itself; see ``workloads.spark``).
+    shape: Literal["pod", "spark"] = "pod"
+    # Pod fields the template takes from the object when it does not set them itself, as (field, path
+    # from the object root), first match wins: Argo templates inherit ``tolerations``, ``nodeSelector``,
+    # ``affinity``, ``schedulerName`` and the priority class from ``templateDefaults`` and the workflow
+    # spec, and a template-level value replaces the workflow's, it is not merged.  The view shows
+    # policies the inherited value in the template (so one they extend keeps what the pod would get),
+    # and puts back what no policy changed (``WorkloadView.settle``).
+    inherits: tuple[tuple[str, Path], ...] = ()
+    # Autoscaling without a maximum (Spark dynamic allocation with no maxExecutors): ``replicas``
+    # counts what starts, the workload may grow past any budget, and this is the field that bounds it.
+    unbounded: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +79,9 @@ class JobFields:
     # RayJob: ttlSecondsAfterFinished only works with shutdownAfterJobFinishes: true, which is off by
     # default (the RayCluster outlives the job).  job-ttl sets it true unless the user set it false.
     ttl_requires_true: Path | None = None
+    # Other TTLs of the kind, which take precedence for some outcomes (Argo's ttlStrategy
+    # secondsAfterSuccess/secondsAfterFailure): capped like ``ttl``, never added.
+    ttl_variants: tuple[Path, ...] = ()
     # The apiserver defaults Job.spec.backoffLimit to 6 before admission webhooks run, so a
     # webhook can't tell "unset" from "6": that value counts as unset.
     backoff_api_default: int | None = None
@@ -139,6 +164,11 @@ class KindSpec:
     # one: scaling is validated like an UPDATE of that field (GPU totals hold).
     scale_replicas: Path | None = None
     runtime: Runtime | None = None
+    # Kinds whose templates do not all run at once (an Argo workflow's steps and DAG tasks):
+    # ``peak(object, weight)`` is the number of pods of each template (by role) running together at
+    # the heaviest moment, ``weight(role)`` being what one pod of it counts (its GPUs).  ``None``: all
+    # templates run together, ``replicas`` pods each.
+    peak: Any = field(default=None, repr=False)  # Callable[[dict, Callable[[str], int]], dict[str, int]]
 
     @property
     def is_pod(self) -> bool:
@@ -444,6 +474,77 @@ def _appwrapper(obj: dict) -> Iterator[TemplateRef]:
                               ref.replicas, ref.container_keys, ref.knative)
 
 
+def _spark_at(prefix: Path):
+    """A SparkApplication spec at ``prefix``: its ``driver`` (one pod) and ``executor`` (``instances``
+    pods, or up to dynamic allocation's ``maxExecutors``), each spec being a pod and its main
+    container at once (``shape="spark"``), sharing the application's ``volumes``."""
+
+    def locate(obj: dict) -> Iterator[TemplateRef]:
+        app = get_path(obj, prefix)
+        if not isinstance(app, dict):
+            return
+        for role in ("driver", "executor"):
+            if not isinstance(app.get(role), dict):
+                continue
+            replicas, unbounded = (1, False) if role == "driver" else spark.executors(app)
+            base = prefix + (role,)
+            # The role spec carries the pod's labels and annotations itself, so it is its own metadata.
+            yield TemplateRef(role, base, base, replicas, container_lists=(("initContainers",), ("sidecars",)),
+                              volume_paths=(prefix + ("volumes",),), shape="spark",
+                              unbounded=prefix + ("dynamicAllocation", "maxExecutors") if unbounded else None)
+
+    return locate
+
+
+# Pod fields an Argo template takes from templateDefaults, else from the workflow spec (Argo
+# replaces, never merges, a workflow-level value with a template's own).
+_ARGO_SCHEDULING = ("tolerations", "nodeSelector", "affinity", "schedulerName", "priorityClassName")
+
+
+def _argo_at(prefix: Path):
+    """An Argo WorkflowSpec at ``prefix``: each template that makes a pod (``container``, ``script``,
+    ``containerSet``) is a pod template, with as many pods as the workflow runs of it at once."""
+    inherits = tuple((key, prefix + ("templateDefaults", key)) for key in _ARGO_SCHEDULING) + tuple(
+        (key, prefix + ("podPriorityClassName" if key == "priorityClassName" else key,)) for key in _ARGO_SCHEDULING)
+
+    def locate(obj: dict) -> Iterator[TemplateRef]:
+        workflow = get_path(obj, prefix)
+        for i, template in dicts(get_path(workflow, ("templates",))):
+            if not argo.is_pod_template(template):
+                continue
+            name = template.get("name") if isinstance(template.get("name"), str) else f"template-{i}"
+            base = prefix + ("templates", i)
+            yield TemplateRef(name, base, base + ("metadata",), argo.most_at_once(workflow, name),
+                              container_keys=("container", "script"),
+                              container_lists=(("initContainers",), ("sidecars",), ("containerSet", "containers")),
+                              volume_paths=(base + ("volumes",), prefix + ("volumes",)), inherits=inherits)
+
+    return locate
+
+
+def _argo_kind(kind: str, plural: str, prefix: Path) -> KindSpec:
+    """An Argo Workflows kind holding a WorkflowSpec at ``prefix``: its TTL is ``ttlStrategy`` (which
+    deletes the finished workflow and, through it, its pods), its deadline the whole workflow's."""
+    return KindSpec("argoproj.io", kind, plural, ("v1alpha1",), "training", _argo_at(prefix),
+                    JobFields(ttl=prefix + ("ttlStrategy", "secondsAfterCompletion"),
+                              ttl_variants=(prefix + ("ttlStrategy", "secondsAfterSuccess"),
+                                            prefix + ("ttlStrategy", "secondsAfterFailure")),
+                              deadline=prefix + ("activeDeadlineSeconds",)),
+                    priority_class_paths=(prefix + ("podPriorityClassName",),
+                                          prefix + ("templateDefaults", "priorityClassName")),
+                    claims=ClaimSource(prefix + ("volumeClaimTemplates",), "claim-templates"),
+                    peak=lambda obj, weight: argo.peak(get_path(obj, prefix), weight))
+
+
+def _spark_kind(kind: str, plural: str, prefix: Path) -> KindSpec:
+    """A Spark operator kind holding a SparkApplicationSpec at ``prefix``.  Classed as batch work
+    (ETL, feature engineering, batch scoring): Spark recomputes lost partitions from lineage rather
+    than restoring checkpoints; a team training on Spark declares the class ``training``."""
+    return KindSpec("sparkoperator.k8s.io", kind, plural, ("v1beta2",), "batch-inference", _spark_at(prefix),
+                    JobFields(ttl=prefix + ("timeToLiveSeconds",)),
+                    priority_class_paths=(prefix + ("batchSchedulerOptions", "priorityClassName"),))
+
+
 _RUN_POLICY = JobFields(ttl=("spec", "runPolicy", "ttlSecondsAfterFinished"),
                         deadline=("spec", "runPolicy", "activeDeadlineSeconds"),
                         backoff=("spec", "runPolicy", "backoffLimit"))
@@ -521,6 +622,11 @@ KINDS: tuple[KindSpec, ...] = (
              JobFields(ttl=("spec", "jobTemplate", "ttlSecondsAfterFinished"),
                        deadline=("spec", "jobTemplate", "activeDeadlineSeconds"),
                        ttl_requires_true=("spec", "jobTemplate", "shutdownAfterJobFinishes"))),
+    _spark_kind("SparkApplication", "sparkapplications", ("spec",)),
+    _spark_kind("ScheduledSparkApplication", "scheduledsparkapplications", ("spec", "template")),
+    _argo_kind("Workflow", "workflows", ("spec",)),
+    _argo_kind("WorkflowTemplate", "workflowtemplates", ("spec",)),
+    _argo_kind("CronWorkflow", "cronworkflows", ("spec", "workflowSpec")),
 )
 
 _BY_GROUP_KIND: dict[tuple[str, str], KindSpec] = {k.api_group_kind: k for k in KINDS}

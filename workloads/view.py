@@ -11,17 +11,21 @@ the apiserver would reject anyway must still get a decision, not an exception.
 
 from __future__ import annotations
 
-import math
+import copy
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from workloads import quantity
-from workloads.accelerators import NO_SIZE, Accelerators, Profile, Size
+from workloads.accelerators import Accelerators, Profile
 from workloads.claims import ClaimSource, attach_claims
+from workloads.containers import Container, SparkContainer, container_gpus
 from workloads.kinds import KindSpec, TemplateRef
-from workloads.paths import Path, child_dict, dicts, dotted, get_path
+from workloads.paths import Path, child_dict, child_list, dicts, dotted, get_path
+
+__all__ = ["WORKLOAD_CLASSES", "WORKLOAD_CLASS_LABEL", "Container", "PodTemplate", "WorkloadView", "build_view",
+           "effective_requests"]
 
 
 class cached_property:  # noqa: N801 - a drop-in for functools.cached_property
@@ -49,132 +53,6 @@ WORKLOAD_CLASS_LABEL = "gpuguard.io/workload-class"
 # serving (inference), training, offline batch inference, interactive notebooks, and short smoke
 # tests / benchmarks.  The kind gives a default; a user may declare another (workload-class policy).
 WORKLOAD_CLASSES = ("training", "inference", "batch-inference", "notebook", "smoke-test")
-
-
-@dataclass
-class Container:
-    """One container (or init container) of a pod template."""
-
-    index: int | None  # None: a single container held under its own key (KServe's predictor.model)
-    list_name: str  # containers | initContainers | the key of a single-container field
-    body: dict
-    spec_path: Path
-    gpus: dict[str, int] = field(default_factory=dict)  # extended resource -> accelerator units asked for
-    profiles: dict[str, Profile] = field(default_factory=dict)  # extended resource -> its profile
-    # DRA devices of the pod's claims this container is the first to reference: device class -> count
-    claim_devices: dict[str, int] = field(default_factory=dict)
-    claim_profiles: dict[str, Profile] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        name = self.body.get("name")
-        return name if isinstance(name, str) else (self.list_name if self.index is None else f"#{self.index}")
-
-    @property
-    def path(self) -> Path:
-        if self.index is None:
-            return self.spec_path + (self.list_name,)
-        return self.spec_path + (self.list_name, self.index)
-
-    @property
-    def gpu_count(self) -> int:
-        """Accelerator units this container holds: extended resources plus DRA devices attributed to it."""
-        return sum(self.gpus.values()) + sum(self.claim_devices.values())
-
-    @property
-    def is_init(self) -> bool:
-        return self.list_name == "initContainers"
-
-    @property
-    def is_sidecar(self) -> bool:
-        """A native sidecar: an init container with ``restartPolicy: Always``, running beside the app."""
-        return self.is_init and self.body.get("restartPolicy") == "Always"
-
-    @property
-    def runs_with_app(self) -> bool:
-        """App containers and native sidecars: what runs (and holds devices) for the pod's life."""
-        return not self.is_init or self.is_sidecar
-
-    def accelerator_units(self) -> Iterator[tuple[str, int, Profile]]:
-        """(resource or device class, units, profile) of everything accelerator this container holds."""
-        for resource, count in self.gpus.items():
-            yield resource, count, self.profiles[resource]
-        for device_class, count in self.claim_devices.items():
-            yield device_class, count, self.claim_profiles[device_class]
-
-    def _quantities(self) -> dict[str, Any]:
-        """requests overlaid with limits: what sharing layers read (e.g. vGPU cores in percent)."""
-        res = self.resources() or {}
-        requests, limits = res.get("requests"), res.get("limits")
-        if not isinstance(requests, dict | None) or not isinstance(limits, dict | None):
-            return {}
-        return {**(requests or {}), **(limits or {})}
-
-    def companion_size(self) -> Size:
-        """CPU/memory/ephemeral storage this container's accelerators need beside them, by their profiles."""
-        total, quantities = NO_SIZE, None
-        for resource, count, profile in self.accelerator_units():
-            if quantities is None and profile.is_slice:
-                quantities = self._quantities()  # only slices read companion resources (e.g. vGPU cores)
-            total = total.plus(profile.size_for(resource, count, quantities))
-        return total
-
-    def device_equivalents(self) -> Decimal:
-        """Whole devices this container holds (a 1g MIG slice is 1/7 of one)."""
-        whole, sliced, quantities = 0, Decimal(0), None
-        for name, count, profile in self.accelerator_units():
-            if not profile.is_slice:
-                whole += count
-                continue
-            if quantities is None:
-                quantities = self._quantities()
-            sliced += profile.fraction(name, quantities) * count
-        return sliced + whole
-
-    def requests(self, names: Iterable[str]) -> dict[str, Decimal]:
-        """The container's request per resource name (the limit when no request is set, as the apiserver
-        defaults a Pod's requests from its limits)."""
-        out: dict[str, Decimal] = {}
-        for name in names:
-            value = self.resource_value("requests", name)
-            if value is None:
-                value = self.resource_value("limits", name)
-            amount = quantity.parse(value)
-            if amount is not None:
-                out[name] = amount
-        return out
-
-    def resources(self, create: bool = False) -> dict | None:
-        """The container's ``resources`` dict (created on demand for mutators)."""
-        if create:
-            return child_dict(self.body, "resources")
-        value = self.body.get("resources")
-        return value if isinstance(value, dict) else None
-
-    def resource_value(self, section: str, name: str) -> Any:
-        res = self.resources()
-        part = res.get(section) if res else None
-        return part.get(name) if isinstance(part, dict) else None
-
-    def memory_limit(self) -> Decimal | None:
-        return quantity.parse(self.resource_value("limits", "memory"))
-
-    def env(self) -> dict[str, Any]:
-        """Env var name -> value (a string, or ``None`` for ``valueFrom`` references)."""
-        out: dict[str, Any] = {}
-        for _, var in dicts(self.body.get("env")):
-            name = var.get("name")
-            if isinstance(name, str):
-                value = var.get("value")
-                out[name] = value if isinstance(value, str) else None
-        return out
-
-    def env_from(self) -> bool:
-        """Whether the container takes variables from ConfigMaps or Secrets (``envFrom``)."""
-        return any("configMapRef" in src or "secretRef" in src for _, src in dicts(self.body.get("envFrom")))
-
-    def mounts(self) -> list[dict]:
-        return [m for _, m in dicts(self.body.get("volumeMounts"))]
 
 
 @dataclass
@@ -291,9 +169,55 @@ class PodTemplate:
         labels = meta.get("labels") if meta else None
         return labels if isinstance(labels, dict) else {}
 
+    @property
+    def adapted(self) -> bool:
+        """The kind writes this pod its own way (Spark's role specs, Argo's container templates)."""
+        return self.ref.shape != "pod" or self.ref.container_lists != _POD_LISTS or bool(self.ref.container_keys)
+
+    def pod_spec(self) -> dict:
+        """The PodSpec the pod will get, as far as gpuguard knows it: the template itself for most
+        kinds; for adapted ones, its pod fields with the containers and volumes gathered into the
+        usual lists (what admins' CEL rules read as ``podSpec``).  Read-only: a copy where adapted."""
+        if not self.adapted:
+            return self.spec
+        keys = self.ref.container_keys + tuple(p[0] for p in self.ref.container_lists)
+        out = {k: v for k, v in self.spec.items() if k not in keys and k not in ("volumes", "containerSet")}
+        out["containers"] = [c.pod_body() for c in self.containers if not c.is_init]
+        out["initContainers"] = [c.pod_body() for c in self.containers if c.is_init]
+        out["volumes"] = list(self.volumes().values())
+        return out
+
+    def _volume_paths(self) -> tuple[Path, ...]:
+        return self.ref.volume_paths or (self.ref.spec_path + ("volumes",),)
+
     def volumes(self) -> dict[str, dict]:
-        """Volume name -> volume, for resolving mounts."""
-        return {v["name"]: v for _, v in dicts(self.spec.get("volumes")) if isinstance(v.get("name"), str)}
+        """Volume name -> volume, for resolving mounts (every list the pod gets its volumes from)."""
+        out: dict[str, dict] = {}
+        for path in reversed(self._volume_paths()):  # the first list wins a name clash
+            out.update({v["name"]: v for _, v in dicts(get_path(self.root, path)) if isinstance(v.get("name"), str)})
+        return out
+
+    def volume_entries(self) -> Iterator[tuple[Path, dict]]:
+        """(path, volume) of every volume the pod gets."""
+        for path in self._volume_paths():
+            for i, volume in dicts(get_path(self.root, path)):
+                yield path + (i,), volume
+
+    def volume_list(self) -> list | None:
+        """The list new volumes go in (created on demand), ``None`` when a non-list is in the way."""
+        path = self._volume_paths()[0]
+        parent = get_path(self.root, path[:-1])
+        if not isinstance(parent, dict):
+            return None
+        return child_list(parent, path[-1])
+
+
+_ABSENT = object()
+_POD_LISTS = TemplateRef("", (), None, 1).container_lists
+
+
+def _unset(value: Any) -> bool:
+    return value is _ABSENT or value is None or (isinstance(value, list | dict | str) and not value)
 
 
 @dataclass
@@ -307,6 +231,9 @@ class WorkloadView:
     # The class the kind (and the admin's byKind) gives, before any declaration by the user.
     kind_class: str = ""
     accelerators: Accelerators | None = None  # the config's profiles (for policies that look at all of them)
+    # Inherited pod fields the view copied into templates: (template, field, the inherited value, the
+    # template's own value before, or _ABSENT).
+    inherited: list[tuple[PodTemplate, str, Any, Any]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -324,9 +251,31 @@ class WorkloadView:
     def gpu_templates(self) -> list[PodTemplate]:
         return [t for t in self.templates if t.gpus_per_pod]
 
+    @cached_property
+    def _running(self) -> list[tuple[PodTemplate, int]]:
+        """(template, pods) running together at the heaviest moment: every template's replicas, or, for
+        kinds that run templates in turn (``KindSpec.peak``), the pods of the moment with most GPUs."""
+        if self.kind.peak is None:
+            return [(t, t.ref.replicas) for t in self.templates]
+        by_role = {t.ref.role: t for t in self.templates}
+        counts = self.kind.peak(self.obj, lambda role: by_role[role].gpus_per_pod if role in by_role else 0)
+        return [(by_role[role], n) for role, n in counts.items() if role in by_role and n > 0]
+
     @property
     def total_gpus(self) -> int:
-        return sum(t.gpus_per_pod * t.ref.replicas for t in self.templates)
+        return sum(t.gpus_per_pod * n for t, n in self._running)
+
+    def settle(self) -> None:
+        """Put back inherited pod fields no policy changed, so the object keeps inheriting them
+        (and the patch holds only what policies did).  Call once policies are done with the view."""
+        for template, key, value, before in self.inherited:
+            if template.spec.get(key) != value:
+                continue
+            if before is _ABSENT:
+                del template.spec[key]
+            else:
+                template.spec[key] = before
+        self.inherited.clear()
 
     @property
     def is_gpu(self) -> bool:
@@ -335,13 +284,13 @@ class WorkloadView:
     def gpus_by_resource(self) -> dict[str, int]:
         """Accelerator units per resource (DRA: per device class) over the workload's pods."""
         totals: dict[str, int] = {}
-        for t in self.templates:
+        for t, n in self._running:
             for resource, count in t.effective_gpus.items():
-                totals[resource] = totals.get(resource, 0) + count * t.ref.replicas
+                totals[resource] = totals.get(resource, 0) + count * n
         return totals
 
     def pod_count(self) -> int:
-        return sum(t.ref.replicas for t in self.templates)
+        return sum(n for _, n in self._running)
 
 
 def effective_requests(containers: Iterable[Container],
@@ -384,65 +333,53 @@ def effective_requests(containers: Iterable[Container],
     return out
 
 
-def _container_gpus(body: dict, accelerators: Accelerators) -> tuple[dict[str, int], dict[str, Profile]]:
-    """Accelerator units a container asks for, per resource name, with each resource's profile.
-
-    The limit counts when present (limits alone imply requests; templates carry no
-    defaulted request), else the request.  Fractions round up here: the count is for
-    budgets and scheduling, while ``gpu-request-shape`` reports the fraction itself.
-    """
-    resources = body.get("resources")
-    if not isinstance(resources, dict):
-        return {}, {}
-    out: dict[str, int] = {}
-    found: dict[str, Any] = {}
-    for section in ("requests", "limits"):  # limits last: they win
-        values = resources.get(section)
-        if not isinstance(values, dict):
-            continue
-        for name, raw in values.items():
-            if isinstance(name, str) and accelerators.is_accelerator(name):
-                found[name] = raw
-    if not found:
-        return {}, {}
-    profiles: dict[str, Profile] = {}
-    for name, raw in found.items():
-        profile = accelerators.profile_for(name, resources=resources)
-        amount = quantity.parse(raw)
-        if profile is not None and amount is not None and amount > 0:
-            out[name] = math.ceil(amount)
-            profiles[name] = profile
-    return out, profiles
-
-
 def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_class: str, kind_class: str = "",
                namespace: str | None = None, claims: ClaimSource | None = None) -> WorkloadView:
     """Find every pod template of ``obj`` (a working copy) and the accelerators each container asks for.
 
     ``claims`` resolves DRA ResourceClaimTemplates/ResourceClaims (the webhook's cached watch,
     or the audit's input documents); without it a pod's claims are reported as unresolved.
+    Pod fields a template inherits (``TemplateRef.inherits``) are copied into it: call
+    ``WorkloadView.settle`` before diffing the object.
     """
     templates: list[PodTemplate] = []
+    inherited: list[tuple[PodTemplate, str, Any, Any]] = []
     namespace = namespace or _object_namespace(obj)
     for ref in kind.locate(obj):
         spec = get_path(obj, ref.spec_path)
         if not isinstance(spec, dict):
             continue
-        containers = []
-        for list_name in ("containers", "initContainers"):
-            for i, body in dicts(spec.get(list_name)):
-                gpus, profiles = _container_gpus(body, accelerators)
-                containers.append(Container(i, list_name, body, ref.spec_path, gpus, profiles))
-        for key in ref.container_keys:  # single-container keys (KServe's predictor.model ...)
-            body = spec.get(key)
-            if isinstance(body, dict):
-                gpus, profiles = _container_gpus(body, accelerators)
-                containers.append(Container(None, key, body, ref.spec_path, gpus, profiles))
+        containers = _containers(obj, ref, spec, accelerators)
         template = PodTemplate(ref, spec, obj, containers)
+        for key, source in ref.inherits:
+            current = spec.get(key, _ABSENT)
+            value = get_path(obj, source)
+            if _unset(current) and not _unset(value):  # Argo: an empty list counts as unset
+                spec[key] = copy.deepcopy(value)
+                inherited.append((template, key, value, current))
         if spec.get("resourceClaims"):
             attach_claims(template, namespace, accelerators, claims)
         templates.append(template)
-    return WorkloadView(obj, kind, workload_class, templates, kind_class or workload_class, accelerators)
+    return WorkloadView(obj, kind, workload_class, templates, kind_class or workload_class, accelerators, inherited)
+
+
+def _containers(obj: dict, ref: TemplateRef, spec: dict, accelerators: Accelerators) -> list[Container]:
+    containers: list[Container] = []
+    if ref.shape == "spark":  # the driver/executor spec is the main container (workloads.containers)
+        app = get_path(obj, ref.spec_path[:-1])
+        containers.append(SparkContainer(ref.role, spec, ref.spec_path, app if isinstance(app, dict) else {},
+                                         accelerators))
+    for list_path in ref.container_lists:
+        for i, body in dicts(get_path(spec, list_path)):
+            gpus, profiles = container_gpus(body, accelerators)
+            containers.append(Container(i, list_path[-1], body, ref.spec_path, gpus, profiles,
+                                        list_path=list_path if len(list_path) > 1 else ()))
+    for key in ref.container_keys:  # single-container keys (KServe's predictor.model, Argo's container …)
+        body = spec.get(key)
+        if isinstance(body, dict):
+            gpus, profiles = container_gpus(body, accelerators)
+            containers.append(Container(None, key, body, ref.spec_path, gpus, profiles))
+    return containers
 
 
 def _object_namespace(obj: dict) -> str | None:

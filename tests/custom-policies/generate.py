@@ -16,13 +16,18 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from tests.unit.workloads import ALL_KINDS, gpu_container, make  # noqa: E402
+from tests.unit.workloads import ADAPTED_KINDS, ALL_KINDS, gpu_container, make  # noqa: E402
+from webhook.config import parse_config_text  # noqa: E402
 from workloads import kinds  # noqa: E402
 from workloads.paths import dotted  # noqa: E402
+from workloads.view import build_view  # noqa: E402
 
 
 def folder(name: str) -> str:
     return {"VolcanoJob": "volcano-job"}.get(name) or name.lower()
+
+
+ACCELERATORS = parse_config_text("kind: GpuguardConfig\n").accelerators
 
 
 def dump(path: Path, data: dict) -> None:
@@ -30,19 +35,19 @@ def dump(path: Path, data: dict) -> None:
 
 
 def main() -> None:
-    for name in ALL_KINDS:
+    for name in [*ALL_KINDS, *ADAPTED_KINDS]:
         bad = make(name, {"restartPolicy": "Never", "containers": [gpu_container(1, image="ghcr.io/example/train:1")]},
                    replicas=2, namespace="ml")
         bad.setdefault("metadata", {}).setdefault("labels", {})["app"] = "train"
         spec = kinds.lookup(bad["apiVersion"], bad["kind"])
         assert spec is not None
-        refs = list(spec.locate(bad))
+        refs = [t.ref for t in build_view(bad, spec, ACCELERATORS, "training").gpu_templates]
         denied = HERE / folder(name) / "denied"
         denied.mkdir(parents=True, exist_ok=True)
         dump(denied / "input.yaml", bad)
         dump(denied / "expect.yaml", {
             "description": f"A GPU {name} without a team label and with a ghcr.io image is denied by both rules, "
-                           f"on each of its {len(refs)} pod template(s)",
+                           f"on each of its {len(refs)} GPU pod template(s)",
             "allowed": False,
             "violations": [{"policy": "team-label", "action": "deny", "path": "metadata.labels.team"}]
             + [{"policy": "gpu-registry", "action": "deny", "path": dotted(r.spec_path) + ".containers"}

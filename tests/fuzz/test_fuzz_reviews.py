@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.asgi_client import AsgiClient, make_app
-from tests.unit.workloads import ALL_KINDS, make
+from tests.unit.workloads import ADAPTED_KINDS, ALL_KINDS, make
 from webhook.config import load_config
 from webhook.decision import RequestContext
 from webhook.engine import Engine
@@ -120,7 +120,7 @@ def _set(obj: Any, path: tuple, value: Any) -> None:
 
 @st.composite
 def workload_objects(draw) -> Any:
-    kind = draw(st.sampled_from([*ALL_KINDS, "ConfigMap"]))
+    kind = draw(st.sampled_from([*ALL_KINDS, *ADAPTED_KINDS, "ConfigMap"]))
     rng = random.Random(draw(st.integers(0, 2**32)))
     if kind == "ConfigMap":
         obj: Any = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}}

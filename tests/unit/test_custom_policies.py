@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from tests.unit.workloads import (
+    ADAPTED_KINDS,
     ALL_KINDS,
     RUNTIME_KINDS,
     bare_pod_spec,
@@ -183,7 +184,7 @@ def test_no_message_reads_like_vap():
 # ---------------------------------------------------------------- scopes
 
 
-@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("kind", [*ALL_KINDS, *ADAPTED_KINDS])
 def test_a_pod_template_rule_runs_on_every_template_of_every_kind(kind):
     obj = make(kind, bare_pod_spec(1))
     eng = engine(rule("podSpec.containers.all(c, c.image.startsWith('registry.corp/'))"))
@@ -199,7 +200,8 @@ def test_a_pod_template_rule_runs_on_every_template_of_every_kind(kind):
 def test_kinds_in_the_fixtures_cover_the_kind_table():
     """The parametrized test above must cover every kind gpuguard knows."""
     table = {(k.group, k.kind) for k in kinds.KINDS if k.runtime is None}  # runtime kinds: the next test
-    covered = {(kinds.group_of(o["apiVersion"]), o["kind"]) for o in (make(k, bare_pod_spec()) for k in ALL_KINDS)}
+    built = (make(k, bare_pod_spec()) for k in [*ALL_KINDS, *ADAPTED_KINDS])
+    covered = {(kinds.group_of(o["apiVersion"]), o["kind"]) for o in built}
     assert covered == table
 
 

@@ -68,7 +68,7 @@ def _base_variables(view: WorkloadView, ctx: RequestContext, namespace: str | No
 
 def _template_variables(template: PodTemplate, reads: dict[str, frozenset[str] | None]) -> dict[str, Any]:
     return {
-        "podSpec": project.project(template.spec, reads["podSpec"]),
+        "podSpec": project.project(template.pod_spec(), reads["podSpec"]),
         "podMetadata": template.metadata() or {},
         "template": {"role": template.ref.role, "replicas": template.ref.replicas,
                      "acceleratorsPerPod": template.gpus_per_pod, "path": template.where},
