@@ -86,7 +86,8 @@ def _fill(container: Container, name: str, request: Decimal, limit_factor: float
     changed = False
     if user_request is None and user_limit is None:
         changed = container.set_resource("requests", name, fmt(request))
-        user_request = request
+        # The limit follows the request as written (rounded), so a second pass computes the same one.
+        user_request = quantity.parse(fmt(request))
     if limit_factor is not None and user_limit is None and user_request is not None:
         changed |= container.set_resource("limits", name, fmt(user_request * Decimal(str(limit_factor))))
     return changed

@@ -86,11 +86,11 @@ PROFILES = [
     ("amd", {"amd.com/gpu": 1}, "amd.com/gpu",
      {"key": "feature.node.kubernetes.io/amd-gpu", "operator": "In", "values": ["true"]},
      {"cpu": "8", "memory": "64Gi", "ephemeral-storage": "50Gi"}, {"memory": "64Gi", "ephemeral-storage": "100Gi"}),
-    # 1g of 7 slices: a seventh of a whole GPU's 8 CPU / 64Gi / 50Gi (limit 2x the unrounded request)
+    # 1g of 7 slices: a seventh of a whole GPU's 8 CPU / 64Gi / 50Gi (limit 2x the request as written)
     ("mig", {"nvidia.com/mig-1g.10gb": 1}, "nvidia.com/gpu",
      {"key": "nvidia.com/mig.strategy", "operator": "In", "values": ["mixed"]},
      {"cpu": "1143m", "memory": "9363Mi", "ephemeral-storage": "7315Mi"},
-     {"memory": "9363Mi", "ephemeral-storage": "14629Mi"}),
+     {"memory": "9363Mi", "ephemeral-storage": "14630Mi"}),
     # HAMi vGPU with half the cores: half a whole GPU's companion resources
     ("hami", {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50, "nvidia.com/gpumem": 4096}, "nvidia.com/gpu",
      {"key": "gpu", "operator": "In", "values": ["on"]},

@@ -50,7 +50,7 @@ def env(control_plane, tmp_path_factory):
     cp = control_plane
     cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "priorityclasses.yaml"))
     cp.install_crds("jobset", "trainjob", "clustertrainingruntime", "trainingruntime", "inferenceservice",
-                    "rayservice")
+                    "rayservice", "sparkapplication", "workflow")
     server = GpuguardServer(tmp_path_factory.mktemp("gpuguard"), default_config_with("ml-exempt"),
                             kubeconfig=cp.kubeconfig)
     server.start()
@@ -180,3 +180,69 @@ def test_rayservice_is_mutated_and_its_total_checked(env):
     assert GPU_TOLERATION in worker["template"]["spec"]["tolerations"]
     over = env.apply(rayservice(ns, "big", replicas=9, gpus=8))
     assert over.returncode != 0 and "[gpu-request-shape]" in over.stderr
+
+
+# ---------------------------------------------------------------- Spark operator
+
+def spark_application(ns: str, name: str, **executor) -> dict:
+    return {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"type": "Python", "mode": "cluster", "image": "ghcr.io/example/spark-rapids:3.5",
+                     "mainApplicationFile": "local:///opt/app/etl.py", "sparkVersion": "3.5.1",
+                     "sparkConf": {"spark.plugins": "com.nvidia.spark.SQLPlugin"},
+                     "driver": {"cores": 1, "memory": "2g", "serviceAccount": "spark"},
+                     "executor": {"cores": 4, "gpu": {"name": "nvidia.com/gpu", "quantity": 1}, **executor}}}
+
+
+def test_spark_application_is_mutated_and_judged_at_apply(env):
+    ns = env.namespace()
+    ok = env.apply(spark_application(ns, "etl", instances=4))
+    assert ok.returncode == 0, ok.stderr
+    stored = env.get("sparkapplication", "etl", "-n", ns)["spec"]
+    executor = stored["executor"]
+    assert GPU_TOLERATION in executor["tolerations"] and executor["priorityClassName"]
+    assert executor["memory"].endswith("m") and "resources" not in executor  # Spark's own fields
+    assert stored["driver"] == {"cores": 1, "memory": "2g", "serviceAccount": "spark",
+                                "priorityClassName": executor["priorityClassName"]}
+    assert stored["timeToLiveSeconds"] == 86400
+    again = env.apply(spark_application(ns, "etl", instances=4))  # re-apply: same object, no conflict
+    assert again.returncode == 0 and "unchanged" in again.stdout, again.stdout + again.stderr
+    app = spark_application(ns, "grow-forever", instances=2)
+    app["spec"]["dynamicAllocation"] = {"enabled": True}
+    denied = env.apply(app)
+    assert denied.returncode != 0 and "[gpu-request-shape]" in denied.stderr
+    assert "spec.dynamicAllocation.maxExecutors" in denied.stderr
+
+
+# ---------------------------------------------------------------- Argo Workflows
+
+def pipeline(ns: str, name: str, fan_out: int) -> dict:
+    train = {"name": "train", "container": {
+        "image": "ghcr.io/example/train:1", "command": ["python", "train.py"],
+        "resources": {"limits": {"nvidia.com/gpu": 8}},
+        "volumeMounts": [{"name": "ckpt", "mountPath": "/checkpoints"}]}}
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": name, "namespace": ns},
+            "spec": {"entrypoint": "main",
+                     "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+                     "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}],
+                     "templates": [
+                         {"name": "main", "steps": [
+                             [{"name": "prep", "template": "prep"}],
+                             [{"name": "train", "template": "train", "withItems": list(range(fan_out))}]]},
+                         {"name": "prep", "container": {"image": "python:3.12", "command": ["python", "prep.py"]}},
+                         train]}}
+
+
+def test_argo_workflow_is_mutated_and_its_peak_judged_at_apply(env):
+    ns = env.namespace()
+    ok = env.apply(pipeline(ns, "tune", fan_out=2))  # 16 GPUs at the peak
+    assert ok.returncode == 0, ok.stderr
+    stored = env.get("workflow", "tune", "-n", ns)["spec"]
+    prep, train = stored["templates"][1:]
+    # The GPU template keeps the workflow's spot toleration it would have inherited, next to the GPU one;
+    # the CPU step still inherits.
+    assert train["tolerations"] == [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}, GPU_TOLERATION]
+    assert "tolerations" not in prep
+    assert stored["ttlStrategy"] == {"secondsAfterCompletion": 86400}
+    over = env.apply(pipeline(ns, "sweep", fan_out=9))  # 72 GPUs at once > 64
+    assert over.returncode != 0 and "[gpu-request-shape]" in over.stderr and "72 accelerators" in over.stderr
