@@ -85,9 +85,10 @@ def _fill(container: Container, name: str, request: Decimal, limit_factor: float
     user_limit = quantity.parse(container.declared("limits", name))
     changed = False
     if user_request is None and user_limit is None:
-        changed = container.set_resource("requests", name, fmt(request))
+        text = fmt(request)
+        changed = container.set_resource("requests", name, text)
         # The limit follows the request as written (rounded), so a second pass computes the same one.
-        user_request = quantity.parse(fmt(request))
+        user_request = quantity.parse(text) if limit_factor is not None else request
     if limit_factor is not None and user_limit is None and user_request is not None:
         changed |= container.set_resource("limits", name, fmt(user_request * Decimal(str(limit_factor))))
     return changed

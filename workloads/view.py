@@ -370,7 +370,7 @@ def _containers(obj: dict, ref: TemplateRef, spec: dict, accelerators: Accelerat
         containers.append(SparkContainer(ref.role, spec, ref.spec_path, app if isinstance(app, dict) else {},
                                          accelerators))
     for list_path in ref.container_lists:
-        for i, body in dicts(get_path(spec, list_path)):
+        for i, body in dicts(spec.get(list_path[0]) if len(list_path) == 1 else get_path(spec, list_path)):
             gpus, profiles = container_gpus(body, accelerators)
             containers.append(Container(i, list_path[-1], body, ref.spec_path, gpus, profiles,
                                         list_path=list_path if len(list_path) > 1 else ()))
