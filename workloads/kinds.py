@@ -26,6 +26,9 @@ from typing import Any, Literal
 from workloads import argo, spark
 from workloads.paths import Path, dicts, get_path
 
+# Where a PodSpec keeps its containers (the default of ``TemplateRef.container_lists``).
+POD_CONTAINER_LISTS: tuple[Path, ...] = (("containers",), ("initContainers",))
+
 
 @dataclass(frozen=True)
 class TemplateRef:
@@ -48,7 +51,7 @@ class TemplateRef:
     knative: bool | None = False
     # Lists of containers in the PodSpec (paths relative to it).  Argo templates keep theirs under
     # ``sidecars`` and ``containerSet.containers``; Spark driver/executor specs under ``sidecars``.
-    container_lists: tuple[Path, ...] = (("containers",), ("initContainers",))
+    container_lists: tuple[Path, ...] = POD_CONTAINER_LISTS
     # Volume lists the pod gets (paths from the object root); new volumes go in the first.  Empty:
     # the PodSpec's own ``volumes``.  A Spark application shares ``spec.volumes`` between driver and
     # executors; an Argo template adds its own to the workflow's ``spec.volumes``.

@@ -21,7 +21,7 @@ from workloads import quantity
 from workloads.accelerators import Accelerators, Profile
 from workloads.claims import ClaimSource, attach_claims
 from workloads.containers import Container, SparkContainer, container_gpus
-from workloads.kinds import KindSpec, TemplateRef
+from workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
 from workloads.paths import Path, child_dict, child_list, dicts, dotted, get_path
 
 __all__ = ["WORKLOAD_CLASSES", "WORKLOAD_CLASS_LABEL", "Container", "PodTemplate", "WorkloadView", "build_view",
@@ -172,7 +172,8 @@ class PodTemplate:
     @property
     def adapted(self) -> bool:
         """The kind writes this pod its own way (Spark's role specs, Argo's container templates)."""
-        return self.ref.shape != "pod" or self.ref.container_lists != _POD_LISTS or bool(self.ref.container_keys)
+        ref = self.ref
+        return ref.shape != "pod" or ref.container_lists != POD_CONTAINER_LISTS or bool(ref.container_keys)
 
     def pod_spec(self) -> dict:
         """The PodSpec the pod will get, as far as gpuguard knows it: the template itself for most
@@ -193,8 +194,9 @@ class PodTemplate:
     def volumes(self) -> dict[str, dict]:
         """Volume name -> volume, for resolving mounts (every list the pod gets its volumes from)."""
         out: dict[str, dict] = {}
-        for path in reversed(self._volume_paths()):  # the first list wins a name clash
-            out.update({v["name"]: v for _, v in dicts(get_path(self.root, path)) if isinstance(v.get("name"), str)})
+        for _, volume in self.volume_entries():
+            if isinstance(volume.get("name"), str):
+                out.setdefault(volume["name"], volume)  # the first list wins a name clash
         return out
 
     def volume_entries(self) -> Iterator[tuple[Path, dict]]:
@@ -213,7 +215,6 @@ class PodTemplate:
 
 
 _ABSENT = object()
-_POD_LISTS = TemplateRef("", (), None, 1).container_lists
 
 
 def _unset(value: Any) -> bool:

@@ -204,7 +204,7 @@ def pod_shaped(spec: kinds.KindSpec) -> bool:
     """Whether the kind's templates are PodSpecs with ``containers`` lists, as the shared matrices
     expect; Spark's driver/executor specs and Argo's container templates have their own tests."""
     obj = make(BUILDER_NAMES[spec.api_group_kind], bare_pod_spec())
-    return all(ref.shape == "pod" and ref.container_lists == kinds.TemplateRef("", (), None, 1).container_lists
+    return all(ref.shape == "pod" and ref.container_lists == kinds.POD_CONTAINER_LISTS
                for ref in spec.locate(obj))
 
 
