@@ -139,8 +139,8 @@ def _cell(value: Any) -> str:
 
 
 def gpuguard_cli(*args: str, timeout: float = 60) -> str:
-    """Run ``gpuguard ARGS`` (as ``python -m webhook.cli``, so the checkout is used); its stdout."""
-    proc = subprocess.run([sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, cwd=ROOT,
+    """Run ``gpuguard ARGS`` (as ``python -m gpuguard.webhook.main``, so the checkout is used); its stdout."""
+    proc = subprocess.run([sys.executable, "-m", "gpuguard.webhook", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=timeout, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"gpuguard {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
@@ -161,7 +161,7 @@ def all_off_config_text() -> str:
     The allow-all baseline: the same server, TLS, envelope parsing, object copy, workload view,
     patch diff and logging as gpuguard, minus the policy work -- the framework's ceiling.
     """
-    from policies import REGISTRY
+    from gpuguard.policies import REGISTRY
 
     doc = yaml.safe_load(DEFAULT_CONFIG.read_text())
     doc["policies"] = {pid: {"action": "off"} for pid in REGISTRY}
@@ -248,7 +248,7 @@ class Server:
 
 def gpuguard_server(workdir: Path, certs: Path, config_text: str | None, *, cpu: int | None,
                     log_level: str = "info", python: str | None = None, name: str = "gpuguard",
-                    launcher: Sequence[str] = ("-m", "webhook.cli")) -> Server:
+                    launcher: Sequence[str] = ("-m", "gpuguard.webhook")) -> Server:
     """``gpuguard serve`` exactly as the docs run it (one worker), with ``config_text`` or the default config."""
     port = free_port()
     argv = [python or sys.executable, *launcher, "serve", "--tls-cert", str(certs / "tls.crt"),

@@ -39,8 +39,8 @@ def _tune_gc(spec: str) -> None:
     import uvicorn  # noqa: F401
 
     import webhook.server  # noqa: F401
-    from webhook.config import load_config
-    from webhook.engine import Engine
+    from gpuguard.webhook.config import load_config
+    from gpuguard.webhook.engine.core import Engine
 
     Engine(load_config(None))
     parts = spec.split(",")
@@ -59,7 +59,7 @@ def main() -> int:
     if os.environ.get("GPUGUARD_BENCH_PROFILE"):
         signal.signal(signal.SIGUSR1, _start)
         signal.signal(signal.SIGUSR2, _stop)
-    from webhook.cli import main as gpuguard_main
+    from gpuguard.webhook.main import main as gpuguard_main
 
     return gpuguard_main(sys.argv[1:])
 

@@ -1,6 +1,6 @@
 """Through the real apiserver: what gpuguard adds to each create, next to no admission and to a CEL policy.
 
-``python bench/apiserver.py`` (needs the e2e control plane binaries; ``tests/e2e/cluster/build.sh``
+``python bench/apiserver.py`` (needs the e2e control plane binaries; ``tests/support/cluster/build.sh``
 builds them, and ``ControlPlane`` does so on first use).  On one real kube-apiserver + etcd:
 
 * ``none``     -- no webhook, no policy: the floor of a create;
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         args.n, args.rounds, args.warmup = 40, 2, 5
     per_round = max(1, args.n // args.rounds)
 
-    from tests.e2e.cluster.controlplane import ControlPlane
+    from tests.support.cluster.controlplane import ControlPlane
 
     busy = wait_quiet(args.quiet_wait)
     samples: dict[tuple[str, str], list[float]] = {(s, k): [] for s in SCENARIOS for k in KINDS}

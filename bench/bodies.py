@@ -181,9 +181,9 @@ def review(obj: dict[str, Any], uid: str) -> dict[str, Any]:
 
 def build_all() -> dict[str, dict[str, bytes]]:
     """Every body, checked against the default config: ``{name: {"mutate": bytes, "validate": bytes}}``."""
-    from webhook.config import load_config
-    from webhook.decision import RequestContext
-    from webhook.engine import Engine
+    from gpuguard.webhook.config import load_config
+    from gpuguard.webhook.decision import RequestContext
+    from gpuguard.webhook.engine.core import Engine
 
     engine = Engine(load_config(None))
     out: dict[str, dict[str, bytes]] = {}

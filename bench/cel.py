@@ -187,9 +187,9 @@ def bench_engine(quick: bool) -> dict[str, Any]:
 
     Compiling happens in ``parse_config_text``, outside the timed calls, as at config load.
     """
-    from webhook.config import parse_config_text
-    from webhook.decision import RequestContext
-    from webhook.engine import Engine
+    from gpuguard.webhook.config import parse_config_text
+    from gpuguard.webhook.decision import RequestContext
+    from gpuguard.webhook.engine.core import Engine
 
     review = orjson.loads(BODY.read_bytes())
     obj = review["request"]["object"]
@@ -198,7 +198,7 @@ def bench_engine(quick: bool) -> dict[str, Any]:
         for name, scope, expr in RULES)
     base = "apiVersion: gpuguard.io/v1alpha1\nkind: GpuguardConfig\n"
     ctx = RequestContext(operation="CREATE", namespace="ml-team", mutate=False, validate=True)
-    # The collector as `gpuguard serve` sets it up (webhook/server.py): long-lived objects frozen,
+    # The collector as `gpuguard serve` sets it up (webhook/server/command.py): long-lived objects frozen,
     # gen-0 threshold 10,000, so the figures are the ones the webhook sees.
     gc.collect()
     gc.freeze()

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         data = work / "corpus"
         corpus.generate(data, args.count)
         commands = {
-            "gpuguard audit": [args.python, "-m", "webhook.cli", "audit", str(data), "--format", "json",
+            "gpuguard audit": [args.python, "-m", "gpuguard.webhook", "audit", str(data), "--format", "json",
                                "--fail-on", "never"],
             "kubectl-kyverno apply": [str(cli), "apply", str(kyverno_proc.POLICY_DIR), "--resource", str(data),
                                       *(["-o", str(work / "mutated.yaml")] if args.kyverno_output else [])],

@@ -64,7 +64,7 @@ def per_call_us(fn: Callable[[], Any], repeat: int = 7, min_time: float = 0.2) -
 
 def contexts() -> tuple[Any, Any]:
     """The request contexts the webhook builds for /mutate and /validate of a human user's CREATE."""
-    from webhook.decision import RequestContext
+    from gpuguard.webhook.decision import RequestContext
 
     mutate = RequestContext(operation="CREATE", namespace="ml-team", username="alice@example.com",
                             groups=("ml-engineers", "system:authenticated"), mutate=True, validate=False)
@@ -76,7 +76,7 @@ def contexts() -> tuple[Any, Any]:
 @contextlib.contextmanager
 def quiet_logging() -> Iterator[None]:
     """gpuguard's real logging config (JSON lines, info level), with the stream sent to /dev/null."""
-    from webhook import logs
+    from gpuguard.webhook.server import logs
 
     saved = sys.stderr
     with open(os.devnull, "w") as devnull:
@@ -90,11 +90,11 @@ def quiet_logging() -> Iterator[None]:
 
 def request_path(runtime: Any, body: bytes) -> Callable[[], bytes]:
     """``handle_review`` minus the socket: parse, answer, serialise, metrics and the log line."""
-    from webhook import admission, logs, metrics, review
+    from gpuguard.webhook.server import envelope, logs, metrics, review
 
     def run() -> bytes:
         started = time.perf_counter()
-        req = admission.parse_review(body)
+        req = envelope.parse_review(body)
         answer, outcome = review.answer(runtime, "mutate", req, {})
         out = orjson.dumps(answer)
         elapsed = time.perf_counter() - started
@@ -143,8 +143,8 @@ class StageClock:
         return timed
 
     def __enter__(self) -> StageClock:
-        from policies import REGISTRY
-        from webhook import engine as engine_mod
+        from gpuguard.policies import REGISTRY
+        from gpuguard.webhook.engine import core as engine_mod
 
         def patch_attr(obj: Any, name: str, value: Any) -> None:
             old = getattr(obj, name)
@@ -158,7 +158,7 @@ class StageClock:
         clock_self = self
 
         class TimedOrjson:
-            """Stands in for the ``orjson`` module inside webhook.engine only."""
+            """Stands in for the ``orjson`` module inside gpuguard.webhook.engine.core only."""
 
             def __getattr__(self, name: str) -> Any:
                 return getattr(orjson, name)
@@ -240,10 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from bodies import DESCRIPTIONS, NAMES, ensure_bodies
 
-    from webhook import admission
-    from webhook.config import load_config, parse_config_text
-    from webhook.engine import Engine
-    from webhook.runtime import Active, Runtime, ServeSettings
+    from gpuguard.webhook.config import load_config, parse_config_text
+    from gpuguard.webhook.engine.core import Engine
+    from gpuguard.webhook.server import envelope
+    from gpuguard.webhook.server.state import Active, Runtime, ServeSettings
 
     busy = cpu_busy_elsewhere(0.5)
     bodies = ensure_bodies()
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             mobj = orjson.loads(mbody)["request"]["object"]
             vobj = orjson.loads(vbody)["request"]["object"]
             cases: dict[str, Callable[[], Any]] = {
-                "parse": lambda b=mbody: admission.parse_review(b),
+                "parse": lambda b=mbody: envelope.parse_review(b),
                 "mutate": lambda o=mobj: engine.evaluate(o, mctx, **webhook_kw),
                 "validate": lambda o=vobj: engine.evaluate(o, vctx, **webhook_kw),
                 "create": lambda m=mobj, v=vobj: (engine.evaluate(m, mctx, **webhook_kw),
@@ -289,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
             n = max(20, iterations // 10) if name == "pod-60kb" else iterations
             breakdown[name] = stage_breakdown(
                 lambda m=mobj, v=vobj: (engine.evaluate(m, mctx, **webhook_kw), engine.evaluate(v, vctx, **webhook_kw)),
-                lambda b=bodies[name]["mutate"], c=bodies[name]["validate"]: (admission.parse_review(b),
-                                                                             admission.parse_review(c)),
+                lambda b=bodies[name]["mutate"], c=bodies[name]["validate"]: (envelope.parse_review(b),
+                                                                             envelope.parse_review(c)),
                 n)
         job_m = orjson.loads(bodies["gpu-job-pvc"]["mutate"])["request"]["object"]
         job_v = orjson.loads(bodies["gpu-job-pvc"]["validate"])["request"]["object"]

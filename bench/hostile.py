@@ -1,7 +1,7 @@
 """Hostile inputs: how long gpuguard spends on each, against the issue-13 target of 50 ms.
 
 ``python bench/hostile.py``.  In-process, no TLS: the time from body bytes to the answer
-(``admission.parse_review`` + ``review.answer``), which is what blocked the event loop.  Before
+(``envelope.parse_review`` + ``review.answer``), which is what blocked the event loop.  Before
 the fix a GPU quantity of ``"1e800000"`` held it for 16.5 s (time grows with the square of the
 exponent) and an alias-bomb config took 11 s and 2 GB.  Timing lives here, never in tests.
 """
@@ -37,12 +37,12 @@ def body(obj: dict, deep: int = 0) -> bytes:
 
 
 def main() -> int:
-    from webhook import admission
-    from webhook.admission import ReviewError
-    from webhook.config import ConfigError, load_config, parse_config_text
-    from webhook.engine import Engine
-    from webhook.review import answer
-    from webhook.runtime import Active, Runtime, ServeSettings
+    from gpuguard.webhook.config import ConfigError, load_config, parse_config_text
+    from gpuguard.webhook.engine.core import Engine
+    from gpuguard.webhook.server import envelope
+    from gpuguard.webhook.server.envelope import ReviewError
+    from gpuguard.webhook.server.review import answer
+    from gpuguard.webhook.server.state import Active, Runtime, ServeSettings
 
     config = load_config(None)
     runtime = Runtime(ServeSettings(), Active(config, Engine(config)))
@@ -58,7 +58,7 @@ def main() -> int:
         for _ in range(50):
             started = time.perf_counter()
             try:
-                review, _ = answer(runtime, "mutate", admission.parse_review(raw), {})
+                review, _ = answer(runtime, "mutate", envelope.parse_review(raw), {})
                 outcome = "denied 422" if not review["response"]["allowed"] else "allowed"
             except ReviewError as exc:
                 outcome = f"HTTP {exc.status}"

@@ -25,9 +25,9 @@ WORKLOAD = """
 import sys, orjson
 root, n = sys.argv[1], int(sys.argv[2])
 sys.path.insert(0, root)
-from webhook.config import load_config
-from webhook.decision import RequestContext
-from webhook.engine import Engine
+from gpuguard.webhook.config import load_config
+from gpuguard.webhook.decision import RequestContext
+from gpuguard.webhook.engine.core import Engine
 obj = orjson.loads(open(root + "/{body}", "rb").read())["request"]["object"]
 engine = Engine(load_config())
 mutate = RequestContext(operation="CREATE", namespace="ml", mutate=True, validate=False)

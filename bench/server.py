@@ -191,11 +191,11 @@ _LAYERS = (
       "stdlib:selectors", "C:_asyncio", "C:asyncio", "stdlib:socket", "anyio", "sniffio")),
     ("FastAPI and Starlette (routing, request, response)", ("fastapi", "starlette")),
     ("gpuguard request glue (server, envelope, metrics, logging)",
-     ("webhook.server", "webhook.admission", "webhook.logs", "webhook.metrics", "pydantic", "C:pydantic_core",
+     ("gpuguard.webhook.server.", "pydantic", "C:pydantic_core",
       "prometheus_client", "stdlib:logging", "stdlib:threading", "stdlib:time", "C:time", "stdlib:json")),
     ("engine and policies (copy, view, policies, patch)",
-     ("webhook.engine", "workloads.", "webhook.patch", "webhook.config",
-      "webhook.decision", "policies.", "C:orjson", "stdlib:fnmatch", "stdlib:decimal", "C:decimal")),
+     ("gpuguard.webhook.engine.", "gpuguard.workloads.", "gpuguard.webhook.config",
+      "gpuguard.webhook.decision", "gpuguard.policies.", "C:orjson", "stdlib:fnmatch", "stdlib:decimal", "C:decimal")),
 )
 
 

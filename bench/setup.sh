@@ -31,7 +31,7 @@ fi
 
 # gpuguard itself (editable), unless this Python already imports it from this checkout.
 PY="${PYTHON:-python3}"
-if ! (cd /tmp && "$PY" -c 'import webhook.engine' >/dev/null 2>&1); then
+if ! (cd /tmp && "$PY" -c 'import gpuguard.webhook.engine.core' >/dev/null 2>&1); then
     "$PY" -m pip install -q -e "$ROOT"
 fi
 

@@ -73,7 +73,7 @@ class Replacer(threading.Thread):
         self.errors: list[str] = []
 
     def run(self) -> None:
-        from certs import write_bundle
+        from gpuguard.certs import write_bundle
 
         while not self.stop_event.wait(self.every):
             try:

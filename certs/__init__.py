@@ -11,11 +11,11 @@ public API is re-exported here; each job lives in its own module:
 
 from __future__ import annotations
 
-from certs.bundle import load_ca, write_bundle
-from certs.inject import InjectError, InjectResult, build_ca_bundle_patch, encode_ca_bundle, inject_ca_bundle
-from certs.issue import create_ca, issue_serving_cert, serving_dns_names
-from certs.renew import RenewResult, renew_serving_cert
-from certs.store import BundlePaths, CertError, read_ca_bundle
+from gpuguard.certs.bundle import load_ca, write_bundle
+from gpuguard.certs.inject import InjectError, InjectResult, build_ca_bundle_patch, encode_ca_bundle, inject_ca_bundle
+from gpuguard.certs.issue import create_ca, issue_serving_cert, serving_dns_names
+from gpuguard.certs.renew import RenewResult, renew_serving_cert
+from gpuguard.certs.store import BundlePaths, CertError, read_ca_bundle
 
 __all__ = [
     "BundlePaths",

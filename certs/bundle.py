@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from certs.issue import (
+from gpuguard.certs.issue import (
     DEFAULT_CA_DAYS,
     DEFAULT_SERVING_DAYS,
     IPAddress,
@@ -24,7 +24,7 @@ from certs.issue import (
     issue_serving_cert,
     serving_dns_names,
 )
-from certs.store import (
+from gpuguard.certs.store import (
     BundlePaths,
     CertError,
     bundle_paths,

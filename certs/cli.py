@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Any
 
-from certs.store import CertError
+from gpuguard.certs.store import CertError
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -69,9 +69,9 @@ def _date(value: dt.datetime) -> str:
 
 def cmd_create(args: argparse.Namespace) -> int:
     """Write the bundle and print the two commands that finish the install, so nobody has to look them up."""
-    from certs.bundle import write_bundle
-    from certs.issue import sans_of
-    from certs.store import load_cert
+    from gpuguard.certs.bundle import write_bundle
+    from gpuguard.certs.issue import sans_of
+    from gpuguard.certs.store import load_cert
 
     try:
         paths = write_bundle(args.out, args.service, args.namespace, args.ip or [], args.days,
@@ -98,8 +98,8 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 def cmd_inject(args: argparse.Namespace) -> int:
     """Validate the CA file locally first: a bad file must fail before any cluster call."""
-    from certs.inject import MUTATING, inject_ca_bundle
-    from certs.store import read_ca_bundle
+    from gpuguard.certs.inject import MUTATING, inject_ca_bundle
+    from gpuguard.certs.store import read_ca_bundle
 
     try:
         ca_pem = read_ca_bundle(args.ca)
@@ -116,8 +116,8 @@ def cmd_inject(args: argparse.Namespace) -> int:
 
 def _namespace_of(cert_path: Any) -> str:
     """The Service namespace a leaf was issued for (from its ``NAME.NS.svc`` SAN), for the hint we print."""
-    from certs.issue import sans_of
-    from certs.store import load_cert
+    from gpuguard.certs.issue import sans_of
+    from gpuguard.certs.store import load_cert
 
     try:
         dns, _ips = sans_of(load_cert(cert_path))
@@ -128,7 +128,7 @@ def _namespace_of(cert_path: Any) -> str:
 
 def cmd_renew(args: argparse.Namespace) -> int:
     """Renew if due and say so either way, so a cron log shows what happened each run."""
-    from certs.renew import renew_serving_cert
+    from gpuguard.certs.renew import renew_serving_cert
 
     try:
         result = renew_serving_cert(args.dir, days=args.days, before_days=args.before, force=args.force)
@@ -151,8 +151,8 @@ def cmd_renew(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``certs`` and its three sub-commands to the ``gpuguard`` parser."""
-    from certs.issue import DEFAULT_CA_DAYS, DEFAULT_SERVING_DAYS
-    from certs.renew import DEFAULT_RENEW_BEFORE_DAYS
+    from gpuguard.certs.issue import DEFAULT_CA_DAYS, DEFAULT_SERVING_DAYS
+    from gpuguard.certs.renew import DEFAULT_RENEW_BEFORE_DAYS
 
     certs = subparsers.add_parser(
         "certs", help="create, inject and renew the webhook's TLS certificates",

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from certs.store import CertError
+from gpuguard.certs.store import CertError
 
 MUTATING = "MutatingWebhookConfiguration"
 VALIDATING = "ValidatingWebhookConfiguration"
@@ -94,7 +94,7 @@ def inject_ca_bundle(
     """
     import urllib3
 
-    from kubeapi.client import ApiError, KubeConfigError, admissionregistration_v1, connect
+    from gpuguard.kubeapi.client import ApiError, KubeConfigError, admissionregistration_v1, connect
 
     try:
         api_client = api_client or connect(kubeconfig, context).api

@@ -13,9 +13,9 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
-from certs.bundle import load_ca
-from certs.issue import DEFAULT_SERVING_DAYS, issue_serving_cert, key_type_of, sans_of
-from certs.store import CertError, bundle_paths, load_cert, load_key, write_cert, write_key
+from gpuguard.certs.bundle import load_ca
+from gpuguard.certs.issue import DEFAULT_SERVING_DAYS, issue_serving_cert, key_type_of, sans_of
+from gpuguard.certs.store import CertError, bundle_paths, load_cert, load_key, write_cert, write_key
 
 DEFAULT_RENEW_BEFORE_DAYS = 30
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from certs.issue import PrivateKey
+from gpuguard.certs.issue import PrivateKey
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"

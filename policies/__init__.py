@@ -7,7 +7,7 @@ apiserver runs validating webhooks after mutating ones.
 
 from __future__ import annotations
 
-from policies import (
+from gpuguard.policies import (
     checkpoint_volume,
     default_resources,
     ephemeral_storage,
@@ -25,7 +25,7 @@ from policies import (
     shm_volume,
     workload_class,
 )
-from policies.base import Finding, MutatingPolicy, Policy, PolicySettings, ValidatingPolicy
+from gpuguard.policies.base import Finding, MutatingPolicy, Policy, PolicySettings, ValidatingPolicy
 
 REGISTRY: dict[str, Policy] = {
     module.POLICY.id: module.POLICY

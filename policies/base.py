@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic.alias_generators import to_camel
 
-from workloads.paths import Path
-from workloads.view import WorkloadView
+from gpuguard.workloads.paths import Path
+from gpuguard.workloads.view import WorkloadView
 
 Action = Literal["enforce", "warn", "audit", "off"]
 Phase = Literal["mutating", "validating"]

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from policies.base import Finding, PolicySettings, ValidatingPolicy
-from workloads.paths import dicts, dotted, get_path
-from workloads.view import Container, PodTemplate, WorkloadView
+from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy
+from gpuguard.workloads.paths import dicts, dotted, get_path
+from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
 
 _NOT_PERSISTENT = {
     "emptyDir": "an emptyDir (deleted with the pod)",

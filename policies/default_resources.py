@@ -26,9 +26,9 @@ from decimal import Decimal
 
 from pydantic import Field, field_validator
 
-from policies.base import ConfigModel, MutatingPolicy, PolicySettings
-from workloads import quantity
-from workloads.view import Container, PodTemplate, WorkloadView
+from gpuguard.policies.base import ConfigModel, MutatingPolicy, PolicySettings
+from gpuguard.workloads import quantity
+from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
 
 
 class Size(ConfigModel):
@@ -78,7 +78,7 @@ def _fill(container: Container, name: str, request: Decimal, limit_factor: float
     """Set ``name``'s request and limit where missing, never below what the user set.
 
     Through the container's own setters: a Spark driver/executor takes them as ``coreRequest``
-    and ``memory`` (``workloads.containers.SparkContainer``)."""
+    and ``memory`` (``gpuguard.workloads.containers.SparkContainer``)."""
     if not container.can_set_resources():
         return False  # malformed: leave it to the apiserver's validation
     user_request = quantity.parse(container.declared("requests", name))

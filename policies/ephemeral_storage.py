@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from policies.base import Action, Finding, PolicySettings, ValidatingPolicy
-from workloads.view import WorkloadView
+from gpuguard.policies.base import Action, Finding, PolicySettings, ValidatingPolicy
+from gpuguard.workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):

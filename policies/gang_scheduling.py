@@ -26,10 +26,10 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from policies.base import Finding, PolicySettings, ValidatingPolicy
-from workloads.kinds import Gang, KindSpec
-from workloads.paths import dotted, get_path
-from workloads.view import PodTemplate, WorkloadView
+from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy
+from gpuguard.workloads.kinds import Gang, KindSpec
+from gpuguard.workloads.paths import dotted, get_path
+from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 MIN_MEMBER_ANNOTATION = "scheduling.volcano.sh/group-min-member"
 

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from policies.base import Finding, PolicySettings, ValidatingPolicy
-from workloads import quantity
-from workloads.view import PodTemplate, WorkloadView
+from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy
+from gpuguard.workloads import quantity
+from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import MutatingPolicy, PolicySettings
-from workloads.paths import child_dict, child_list, dicts
-from workloads.view import PodTemplate, WorkloadView
+from gpuguard.policies.base import MutatingPolicy, PolicySettings
+from gpuguard.workloads.paths import child_dict, child_list, dicts
+from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):

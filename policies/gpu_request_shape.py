@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from policies.base import Finding, PolicySettings, ValidatingPolicy
-from workloads import quantity
-from workloads.paths import dotted
-from workloads.view import Container, PodTemplate, WorkloadView
+from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy
+from gpuguard.workloads import quantity
+from gpuguard.workloads.paths import dotted
+from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):

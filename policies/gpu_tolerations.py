@@ -11,9 +11,9 @@ ExtendedResourceToleration plugin never pile up duplicates.
 
 from __future__ import annotations
 
-from policies.base import MutatingPolicy, PolicySettings
-from workloads.paths import child_list, dicts
-from workloads.view import WorkloadView
+from gpuguard.policies.base import MutatingPolicy, PolicySettings
+from gpuguard.workloads.paths import child_list, dicts
+from gpuguard.workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from policies.base import Action, Finding, PolicySettings, ValidatingPolicy
-from workloads.paths import dotted, get_path
-from workloads.view import WorkloadView
+from gpuguard.policies.base import Action, Finding, PolicySettings, ValidatingPolicy
+from gpuguard.workloads.paths import dotted, get_path
+from gpuguard.workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from policies.base import Action, Finding, PolicySettings, ValidatingPolicy
-from workloads.paths import dicts
-from workloads.view import PodTemplate, WorkloadView
+from gpuguard.policies.base import Action, Finding, PolicySettings, ValidatingPolicy
+from gpuguard.workloads.paths import dicts
+from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):

@@ -4,7 +4,7 @@ A GPU job that crash-loops retries six times by default (each retry re-pulls a l
 image and reloads a model), and a job that hangs runs until someone notices.  A backoff
 limit and an ``activeDeadlineSeconds`` default (and maximum) bound both.  Objects a trusted
 controller creates (the Pods of a Job) never reach a mutating policy: their parent carries the
-deadline (``webhook.controllers``).  On UPDATE the caps hold too: raising a deadline past the
+deadline (``gpuguard.workloads.controllers``).  On UPDATE the caps hold too: raising a deadline past the
 maximum is capped like on CREATE.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import ConfigModel, MutatingPolicy, PolicySettings
-from workloads.paths import set_int_field
-from workloads.view import WorkloadView
+from gpuguard.policies.base import ConfigModel, MutatingPolicy, PolicySettings
+from gpuguard.workloads.paths import set_int_field
+from gpuguard.workloads.view import WorkloadView
 
 
 class Deadline(ConfigModel):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import MutatingPolicy, PolicySettings
-from workloads.paths import get_path, set_int_field
-from workloads.view import WorkloadView
+from gpuguard.policies.base import MutatingPolicy, PolicySettings
+from gpuguard.workloads.paths import get_path, set_int_field
+from gpuguard.workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):

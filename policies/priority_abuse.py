@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from policies.base import Finding, PolicySettings, ValidatingPolicy
-from workloads.paths import get_path
-from workloads.view import WorkloadView
+from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy
+from gpuguard.workloads.paths import get_path
+from gpuguard.workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):

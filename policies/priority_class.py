@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import MutatingPolicy, PolicySettings
-from workloads.view import WorkloadView
+from gpuguard.policies.base import MutatingPolicy, PolicySettings
+from gpuguard.workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):

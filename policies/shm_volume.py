@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from policies.base import MutatingPolicy, PolicySettings
-from workloads import quantity
-from workloads.paths import child_list, dicts
-from workloads.view import PodTemplate, WorkloadView
+from gpuguard.policies.base import MutatingPolicy, PolicySettings
+from gpuguard.workloads import quantity
+from gpuguard.workloads.paths import child_list, dicts
+from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from policies.base import Finding, PolicySettings, ValidatingPolicy
-from workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView
+from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy
+from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView
 
 
 class Settings(PolicySettings):

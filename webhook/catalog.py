@@ -1,6 +1,6 @@
 """What each policy is, for people: the data behind ``gpuguard policies``/``explain`` and report rules.
 
-Shared by the ``policies``/``explain`` commands (``webhook/policies_cmd.py``) and the audit
+Shared by the ``policies``/``explain`` commands (``webhook/cli/explain.py``) and the audit
 formats, so it sits below both rather than inside the audit.
 
 Read from ``policies.REGISTRY`` and each policy's pydantic settings model, so the docs users
@@ -19,7 +19,7 @@ import orjson
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticUndefined
 
-from policies import REGISTRY, Policy
+from gpuguard.policies import REGISTRY, Policy
 
 _ACTION_HELP = ("enforce: deny (validating) or apply (mutating); warn: allow with a kubectl warning; "
                 "audit: allow, record only; off: skip")

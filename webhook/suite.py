@@ -32,11 +32,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from webhook.config import Config, ConfigError, PolicySet, load_config
-from webhook.decision import Decision, RequestContext, Violation
-from webhook.engine import Engine
-from webhook.lookup import StaticLookup
-from webhook.patch import make_patch
+from gpuguard.webhook.config import Config, ConfigError, PolicySet, load_config
+from gpuguard.webhook.decision import Decision, RequestContext, Violation
+from gpuguard.webhook.engine.core import Engine
+from gpuguard.webhook.engine.patch import make_patch
+from gpuguard.webhook.objects import StaticLookup
 
 INPUT = "input.yaml"
 EXPECT = "expect.yaml"
@@ -247,7 +247,7 @@ def _engine(path: str | None, only: tuple[str, ...] | None) -> Engine | str:
     config = _config(path)
     if isinstance(config, str) or only is None:
         return config if isinstance(config, str) else Engine(config)
-    from policies import REGISTRY
+    from gpuguard.policies import REGISTRY
 
     unknown = [p for p in only if p not in REGISTRY and p not in config.custom]
     if unknown:

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from workloads import quantity
+from gpuguard.workloads import quantity
 
 
 class _Model(BaseModel):

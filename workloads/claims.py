@@ -5,7 +5,7 @@ name a ResourceClaimTemplate (one claim per pod) or a ResourceClaim (shared), wh
 requests name a DeviceClass.  The AdmissionReview carries none of those objects, so:
 
 - the webhook keeps a cached watch of ResourceClaimTemplates and ResourceClaims
-  (``webhook/claimwatch.py``; RBAC in ``deploy/base/rbac.yaml``) and looks claims up in
+  (``webhook/server/claimwatch.py``; RBAC in ``deploy/base/rbac.yaml``) and looks claims up in
   memory, never calling the apiserver inside a review;
 - ``gpuguard audit`` resolves them from the same input files, or lists them from the cluster
   (``StaticClaims``).
@@ -15,7 +15,7 @@ profile names is not an accelerator (a NIC, say) and counts nothing.  A claim gp
 cannot read is reported as a warning on the pod, never counted as a silent 0.
 
 This module is pure (no Kubernetes client): parsing claims, the static source, and attaching
-a pod's claims to its template; the watch lives in ``webhook/claimwatch.py``.
+a pod's claims to its template; the watch lives in ``webhook/server/claimwatch.py``.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from workloads.paths import dicts
+from gpuguard.workloads.paths import dicts
 
 if TYPE_CHECKING:
-    from workloads.accelerators import Accelerators
-    from workloads.view import PodTemplate
+    from gpuguard.workloads.accelerators import Accelerators
+    from gpuguard.workloads.view import PodTemplate
 
 GROUP = "resource.k8s.io"
 VERSIONS = ("v1", "v1beta2", "v1beta1")  # newest first: the watch uses the first one served
@@ -142,7 +142,7 @@ _shared: ClaimSource | None = None
 
 
 def set_shared(source: ClaimSource | None) -> None:
-    """Make ``source`` the process's claim source (the server's watch, ``webhook.claimwatch``)."""
+    """Make ``source`` the process's claim source (the server's watch, ``gpuguard.webhook.server.claimwatch``)."""
     global _shared
     _shared = source
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from workloads import quantity, spark
-from workloads.accelerators import NO_SIZE, Accelerators, Profile, Size
-from workloads.paths import Path, child_dict, dicts
+from gpuguard.workloads import quantity, spark
+from gpuguard.workloads.accelerators import NO_SIZE, Accelerators, Profile, Size
+from gpuguard.workloads.paths import Path, child_dict, dicts
 
 
 @dataclass

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from workloads import argo, spark
-from workloads.paths import Path, dicts, get_path
+from gpuguard.workloads import argo, spark
+from gpuguard.workloads.paths import Path, dicts, get_path
 
 # Where a PodSpec keeps its containers (the default of ``TemplateRef.container_lists``).
 POD_CONTAINER_LISTS: tuple[Path, ...] = (("containers",), ("initContainers",))
@@ -58,7 +58,7 @@ class TemplateRef:
     volume_paths: tuple[Path, ...] = ()
     # How the PodSpec holds the main container: ``pod`` (in its container lists), or ``spark`` (the
     # driver/executor spec *is* the main container: ``cores``, ``memory``, ``gpu``, ``env`` …, and the
-    # operator writes the container's ``resources`` itself; see ``workloads.spark``).
+    # operator writes the container's ``resources`` itself; see ``gpuguard.workloads.spark``).
     shape: Literal["pod", "spark"] = "pod"
     # Pod fields the template takes from the object when it does not set them itself, as (field, path
     # from the object root), first match wins: Argo templates inherit ``tolerations``, ``nodeSelector``,
@@ -161,7 +161,7 @@ class KindSpec:
     priority_class_paths: tuple[Path, ...] = ()  # priority classes set outside the pod templates
     claims: ClaimSource | None = None
     # Fields the apiserver (or the kind's own operator webhook) refuses to change on UPDATE.  On an
-    # UPDATE gpuguard leaves each as the stored object has it (see ``webhook.update``).
+    # UPDATE gpuguard leaves each as the stored object has it (see ``gpuguard.webhook.engine.update``).
     immutable: tuple[Path, ...] = ()
     # Where the ``scale`` subresource's ``spec.replicas`` lands in the object, for kinds that have
     # one: scaling is validated like an UPDATE of that field (GPU totals hold).

@@ -7,7 +7,7 @@ policies raise.  This parser follows the grammar of ``k8s.io/apimachinery/pkg/ap
 and applies Kubernetes' own range before doing any arithmetic: no quantity may exceed
 2^63-1 in magnitude.  Anything else is *invalid*: :func:`parse` returns ``None`` (the
 policies treat it as missing) and :func:`problem` says why, so the server can deny the
-object with a clear message (``webhook.invalid_quantities``) instead of judging it blindly.
+object with a clear message (``gpuguard.webhook.engine.prechecks``) instead of judging it blindly.
 """
 
 from __future__ import annotations

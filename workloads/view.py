@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from workloads import quantity
-from workloads.accelerators import Accelerators, Profile
-from workloads.claims import ClaimSource, attach_claims
-from workloads.containers import Container, SparkContainer, container_gpus
-from workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
-from workloads.paths import Path, child_dict, child_list, dicts, dotted, get_path
+from gpuguard.workloads import quantity
+from gpuguard.workloads.accelerators import Accelerators, Profile
+from gpuguard.workloads.claims import ClaimSource, attach_claims
+from gpuguard.workloads.containers import Container, SparkContainer, container_gpus
+from gpuguard.workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
+from gpuguard.workloads.paths import Path, child_dict, child_list, dicts, dotted, get_path
 
 __all__ = ["WORKLOAD_CLASSES", "WORKLOAD_CLASS_LABEL", "Container", "PodTemplate", "WorkloadView", "build_view",
            "effective_requests"]
@@ -366,7 +366,7 @@ def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_c
 
 def _containers(obj: dict, ref: TemplateRef, spec: dict, accelerators: Accelerators) -> list[Container]:
     containers: list[Container] = []
-    if ref.shape == "spark":  # the driver/executor spec is the main container (workloads.containers)
+    if ref.shape == "spark":  # the driver/executor spec is the main container (gpuguard.workloads.containers)
         app = get_path(obj, ref.spec_path[:-1])
         containers.append(SparkContainer(ref.role, spec, ref.spec_path, app if isinstance(app, dict) else {},
                                          accelerators))

@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             skipped["kyverno"] = str(exc)
             scenarios.remove("kyverno")
 
-    from tests.e2e.cluster.controlplane import ControlPlane
+    from tests.support.cluster.controlplane import ControlPlane
 
     busy = wait_quiet(args.quiet_wait)
     samples: dict[tuple[str, str], list[float]] = {(s, k): [] for s in scenarios for k in kinds}

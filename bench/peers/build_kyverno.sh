@@ -6,7 +6,7 @@
 #
 # Why a wrapper module: `go install github.com/kyverno/kyverno/...@v1.15.2` is refused because
 # Kyverno's go.mod has a `replace` line (k8s.io/pod-security-admission => a Kyverno fork).  As
-# tests/e2e/cluster/build.sh does for Kubernetes, we create a throw-away module that requires
+# tests/support/cluster/build.sh does for Kubernetes, we create a throw-away module that requires
 # Kyverno and repeats its replace line.  The checksum database answers 404 for one dependency
 # (github.com/openreports/reports-api), so Kyverno's own go.sum is appended to the wrapper's.
 #

@@ -89,7 +89,7 @@ def collect(work: Path) -> tuple[Path, dict[Key, str | None]]:
 
 
 def gpuguard_outcomes(inputs: Path) -> dict[Key, dict[str, str]]:
-    proc = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", str(inputs), "--format", "json",
+    proc = subprocess.run([sys.executable, "-m", "gpuguard.webhook", "audit", str(inputs), "--format", "json",
                            "--fail-on", "never"], cwd=ROOT, capture_output=True, text=True, check=True)
     out: dict[Key, dict[str, str]] = {}
     for r in json.loads(proc.stdout)["results"]:
@@ -146,7 +146,7 @@ def _strip(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     for noise in ("creationTimestamp", "annotations"):
         if noise == "annotations" and isinstance(meta.get(noise), dict):
-            meta[noise] = {a: v for a, v in meta[noise].items() if not a.startswith(("policies.kyverno.io",
+            meta[noise] = {a: v for a, v in meta[noise].items() if not a.startswith(("gpuguard.policies.kyverno.io",
                                                                                      "kyverno.io"))} or None
             if meta[noise] is None:
                 meta.pop(noise)

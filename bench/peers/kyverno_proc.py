@@ -29,7 +29,7 @@ POLICY_DIR = PEERS / "kyverno"
 BUILD_SCRIPT = PEERS / "build_kyverno.sh"
 CACHE = Path(os.environ.get("GPUGUARD_PEERS_CACHE", Path.home() / ".cache" / "gpuguard-peers")) \
     / f"kyverno-{KYVERNO_VERSION}"
-CRD_GROUPS = ("kyverno", "policies.kyverno.io", "reports", "policyreport")
+CRD_GROUPS = ("kyverno", "gpuguard.policies.kyverno.io", "reports", "policyreport")
 NAMESPACE = "kyverno"
 SERVICE = "kyverno-svc"
 

@@ -1,7 +1,7 @@
 """Write a denied and an allowed case for every workload kind into this folder.
 
-``python tests/custom-policies/generate.py`` after a kind is added to ``workloads.kinds.KINDS``
-(and its builder to ``tests/unit/workloads.py``); ``tests/unit/test_suite_cmd.py`` fails until
+``python tests/custom-policies/generate.py`` after a kind is added to ``gpuguard.workloads.kinds.KINDS``
+(and its builder to ``tests/support/builders.py``); ``tests/unit/cli/test_test_verb.py`` fails until
 every kind has its cases.  The expected findings come from the kind table (each template's
 PodSpec path), not from running gpuguard, so the cases check the engine rather than echo it.
 """
@@ -16,11 +16,11 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from tests.unit.workloads import ADAPTED_KINDS, ALL_KINDS, gpu_container, make  # noqa: E402
-from webhook.config import parse_config_text  # noqa: E402
-from workloads import kinds  # noqa: E402
-from workloads.paths import dotted  # noqa: E402
-from workloads.view import build_view  # noqa: E402
+from gpuguard.webhook.config import parse_config_text  # noqa: E402
+from gpuguard.workloads import kinds  # noqa: E402
+from gpuguard.workloads.paths import dotted  # noqa: E402
+from gpuguard.workloads.view import build_view  # noqa: E402
+from tests.support.builders import ADAPTED_KINDS, ALL_KINDS, gpu_container, make  # noqa: E402
 
 
 def folder(name: str) -> str:

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from tests.e2e.cluster.controlplane import ControlPlane
-from tests.e2e.cluster.fixtures import require_control_plane
-from tests.e2e.gpuguard_process import DEFAULT_CONFIG, GpuguardServer, gpuguard
+from tests.support.cluster.controlplane import ControlPlane
+from tests.support.cluster.fixtures import require_control_plane
+from tests.support.gpuguard_process import DEFAULT_CONFIG, GpuguardServer, gpuguard
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ import uuid
 import pytest
 import yaml
 
-from tests.e2e.gpuguard_process import ROOT, GpuguardServer, default_config_with, gpuguard
+from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with, gpuguard
 
 pytestmark = pytest.mark.e2e
 EXEMPT_NS = "e2e-exempt"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .cluster.fixtures import control_plane  # noqa: F401 - pytest fixture
+from tests.support.cluster.fixtures import control_plane  # noqa: F401 - pytest fixture
 
 pytestmark = pytest.mark.e2e
 
@@ -122,7 +122,7 @@ def cluster(control_plane):  # noqa: F811 - the imported fixture
 
 
 def audit(cp, *args: str) -> tuple[int, dict, str]:
-    proc = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
+    proc = subprocess.run([sys.executable, "-m", "gpuguard.webhook", "audit", "--cluster", "--kubeconfig",
                            str(cp.kubeconfig), "--format", "json", *args],
                           capture_output=True, text=True, cwd=ROOT, env={**cp.env, "CI": "1"}, timeout=180)
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -162,7 +162,7 @@ def test_namespace_scope_and_labels(cluster) -> None:
 
     from kubernetes import config as k8s_config
 
-    from webhook.audit.cluster import ClusterLister
+    from gpuguard.webhook.cli.audit.cluster import ClusterLister
 
     api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
     try:
@@ -175,7 +175,7 @@ def test_namespace_scope_and_labels(cluster) -> None:
 
 def test_table_and_sarif_from_a_cluster(cluster, tmp_path: Path) -> None:
     sarif = tmp_path / "cluster.sarif"
-    proc = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "-n", NS_A, "--kubeconfig",
+    proc = subprocess.run([sys.executable, "-m", "gpuguard.webhook", "audit", "--cluster", "-n", NS_A, "--kubeconfig",
                            str(cluster.kubeconfig), "--format", "sarif", "--output", str(sarif)],
                           capture_output=True, text=True, cwd=ROOT, env={**cluster.env, "CI": "1"}, timeout=180)
     assert proc.returncode == 1, proc.stderr

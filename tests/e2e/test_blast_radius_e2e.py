@@ -1,6 +1,6 @@
 """Small blast radius, through the real kube-apiserver and kube-controller-manager.
 
-gpuguard's webhook configurations carry matchConditions (``webhook/matchconditions.py``), so
+gpuguard's webhook configurations carry matchConditions (``webhook/cli/match_conditions.py``), so
 the apiserver calls gpuguard only for objects that can carry accelerators.  With
 ``failurePolicy: Fail`` and gpuguard's server stopped, a CPU Deployment still gets its
 ReplicaSet and pods and a CPU Job its pod, while a GPU pod and a GPU Job are refused; with
@@ -15,8 +15,8 @@ import uuid
 import pytest
 import yaml
 
-from tests.e2e.gpuguard_process import DEFAULT_CONFIG, ROOT, GpuguardServer
-from tests.unit.workloads import make
+from tests.support.builders import make
+from tests.support.gpuguard_process import DEFAULT_CONFIG, ROOT, GpuguardServer
 
 pytestmark = pytest.mark.e2e
 CPU = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}

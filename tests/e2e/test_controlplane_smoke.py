@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from .cluster.controlplane import ControlPlane
-from .cluster.fixtures import control_plane  # noqa: F401 - pytest fixture
+from tests.support.cluster.controlplane import ControlPlane
+from tests.support.cluster.fixtures import control_plane  # noqa: F401 - pytest fixture
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ import uuid
 import pytest
 import yaml
 
-from tests.e2e.gpuguard_process import DEFAULT_CONFIG, ROOT, GpuguardServer
+from tests.support.gpuguard_process import DEFAULT_CONFIG, ROOT, GpuguardServer
 
 pytestmark = pytest.mark.e2e
 
@@ -142,7 +142,7 @@ def test_a_profile_makes_the_rule_a_kubectl_warning_and_audit_cluster_reports_it
     assert cp.kubectl_json("get", "pytorchjob", "sandboxed", "-n", ns)["metadata"]["name"] == "sandboxed"
 
     # The same config file, audited against what the cluster stores: the profile applies ...
-    proc = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "-n", ns, "--kubeconfig",
+    proc = subprocess.run([sys.executable, "-m", "gpuguard.webhook", "audit", "--cluster", "-n", ns, "--kubeconfig",
                            str(cp.kubeconfig), "--config", str(server.config), "--format", "json",
                            "--fail-on", "warn"],
                           capture_output=True, text=True, cwd=ROOT, env={**cp.env, "CI": "1"}, timeout=180)
@@ -159,7 +159,7 @@ def test_a_profile_makes_the_rule_a_kubectl_warning_and_audit_cluster_reports_it
     # ... and with a config whose sandbox profile does not soften the rule, it denies.
     enforcing = tmp_path / "enforce.yaml"
     enforcing.write_text(config_text(sandbox_warns=False))
-    proc = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "-n", ns, "--kubeconfig",
+    proc = subprocess.run([sys.executable, "-m", "gpuguard.webhook", "audit", "--cluster", "-n", ns, "--kubeconfig",
                            str(cp.kubeconfig), "--config", str(enforcing), "--format", "sarif"],
                           capture_output=True, text=True, cwd=ROOT, env={**cp.env, "CI": "1"}, timeout=180)
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.gpuguard_process import ROOT
+from tests.support.gpuguard_process import ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -35,7 +35,7 @@ def test_kustomizations_pass_client_side_dry_run(control_plane):
 def test_certs_inject_patches_ca_bundle_through_the_real_api(control_plane, tmp_path):
     import base64
 
-    from tests.e2e.gpuguard_process import gpuguard
+    from tests.support.gpuguard_process import gpuguard
 
     name = "gpuguard-inject-e2e"
     rendered = gpuguard("webhook-config", "--service", "gpuguard/gpuguard", "--name", name,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from tests.e2e.gpuguard_process import ROOT, GpuguardServer, default_config_with
+from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with
 
 pytestmark = pytest.mark.e2e
 USER = "alice"

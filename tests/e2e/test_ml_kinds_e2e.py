@@ -14,7 +14,7 @@ import uuid
 import pytest
 import yaml
 
-from tests.e2e.gpuguard_process import ROOT, GpuguardServer, default_config_with
+from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with
 
 pytestmark = pytest.mark.e2e
 USER = "alice"

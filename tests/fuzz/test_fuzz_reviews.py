@@ -1,9 +1,9 @@
 """Property tests over generated AdmissionReviews, valid and hostile, through the real ASGI app.
 
 How: every case is sent to ``/mutate`` and ``/validate`` of the app ``gpuguard serve`` runs,
-called in-process (``tests/unit/asgi_client.py``: the same routes, body reading, parsing and
+called in-process (``tests/support/asgi_client.py``: the same routes, body reading, parsing and
 engine, without TLS and sockets, so 10,000 cases fit in CI's couple of minutes; the network
-layer is tested over TLS in ``tests/unit/test_server_connections.py``).
+layer is tested over TLS in ``tests/unit/server/test_connections.py``).
 
 Cases: every workload kind gpuguard knows plus unknown ones, with GPU/CPU/odd resource names
 and quantities (valid, huge exponents, NaN, floats, wrong types), random JSON put in
@@ -34,11 +34,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.asgi_client import AsgiClient, make_app
-from tests.unit.workloads import ADAPTED_KINDS, ALL_KINDS, make
-from webhook.config import load_config
-from webhook.decision import RequestContext
-from webhook.engine import Engine
+from gpuguard.webhook.config import load_config
+from gpuguard.webhook.decision import RequestContext
+from gpuguard.webhook.engine.core import Engine
+from tests.support.asgi_client import AsgiClient, make_app
+from tests.support.builders import ADAPTED_KINDS, ALL_KINDS, make
 
 EXAMPLES = int(os.environ.get("GPUGUARD_FUZZ_EXAMPLES", "10000"))
 PLACEHOLDER = "__gpuguard_fuzz_deep__"

@@ -3,6 +3,6 @@
 ``model`` is the config schema, ``celenv`` the CEL environment (variables and the Kubernetes
 helpers), ``compile`` turns the config into compiled rules once at load, and ``evaluate`` runs
 them on a workload view.  A pod-template rule is written once and runs on every pod template of
-every kind in ``workloads.kinds.KINDS``: that is what Kyverno's autogen and VAP cannot do for
+every kind in ``gpuguard.workloads.kinds.KINDS``: that is what Kyverno's autogen and VAP cannot do for
 PyTorchJobs, JobSets or RayJobs.
 """

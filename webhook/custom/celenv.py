@@ -26,7 +26,7 @@ from cel_expr_python.ext.ext_math import ExtMath
 from cel_expr_python.ext.ext_optional import ExtOptional
 from cel_expr_python.ext.ext_strings import ExtStrings
 
-from workloads import quantity as qty
+from gpuguard.workloads import quantity as qty
 
 #: Variables every rule sees, and what each holds (shown in errors and docs).
 OBJECT_VARIABLES: dict[str, str] = {

@@ -15,9 +15,9 @@ from fnmatch import fnmatchcase
 from functools import cached_property
 from typing import Any
 
-from webhook.custom import celenv, project
-from webhook.custom.model import CustomPolicy, Validation
-from workloads import kinds as kinds_mod
+from gpuguard.webhook.custom import celenv, project
+from gpuguard.webhook.custom.model import CustomPolicy, Validation
+from gpuguard.workloads import kinds as kinds_mod
 
 #: ``where(loc)`` -> ``"file:line"`` for a key path of the config document.
 Where = Callable[[tuple], str]

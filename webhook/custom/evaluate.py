@@ -17,10 +17,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from webhook.custom import celenv, project
-from webhook.custom.compile import CompiledRule, CompiledValidation
-from webhook.decision import ACTION_TO_VERDICT, RequestContext, Violation
-from workloads.view import PodTemplate, WorkloadView
+from gpuguard.webhook.custom import celenv, project
+from gpuguard.webhook.custom.compile import CompiledRule, CompiledValidation
+from gpuguard.webhook.decision import ACTION_TO_VERDICT, RequestContext, Violation
+from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 log = logging.getLogger("gpuguard.custom")
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from policies.base import Action, ConfigModel
+from gpuguard.policies.base import Action, ConfigModel
 
 #: Ids are shown to users and used as profile keys: kebab-case, like the built-in policies.
 ID_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"

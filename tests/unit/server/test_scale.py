@@ -1,0 +1,51 @@
+"""The ``scale`` subresource: recast as an UPDATE of the workload, judged by the same caps."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuguard.webhook.config import load_config
+from gpuguard.webhook.decision import RequestContext
+from gpuguard.webhook.engine.core import Engine
+from gpuguard.webhook.server.envelope import AdmissionRequest
+from gpuguard.webhook.server.scale import ScaleError, as_workload_update, scalable_kind
+from gpuguard.workloads.kinds import KINDS
+from tests.support.builders import make, pvc_pod_spec
+
+ENGINE = Engine(load_config())
+
+
+def scale_request(resource: str, group: str, replicas, name: str = "w") -> AdmissionRequest:
+    return AdmissionRequest.model_validate({
+        "uid": "u-1", "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+        "resource": {"group": group, "version": "v1", "resource": resource}, "subResource": "scale",
+        "name": name, "namespace": "ml", "operation": "UPDATE", "userInfo": {"username": "alice"},
+        "object": {"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": replicas}},
+        "oldObject": {"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": 1}},
+    })
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k.scale_replicas], ids=lambda k: k.kind)
+def test_scaling_past_the_gpu_total_is_a_new_finding(kind):
+    stored = ENGINE.evaluate(make(kind.kind, pvc_pod_spec(8), replicas=1)).mutated
+    req = scale_request(kind.plural, kind.group, 9)  # 9 x 8 GPUs > 64
+    assert scalable_kind(req) is kind
+    update = as_workload_update(req, kind, stored)
+    assert update.operation == "UPDATE" and update.kind.kind == kind.kind and update.sub_resource is None
+    ctx = RequestContext(operation="UPDATE", old_object=update.old_object, mutate=False, namespace="ml")
+    decision = ENGINE.evaluate(update.object, ctx)
+    assert [v.policy for v in decision.denials] == ["gpu-request-shape"]
+    within = as_workload_update(scale_request(kind.plural, kind.group, 8), kind, stored)
+    assert ENGINE.evaluate(within.object, ctx).allowed
+
+
+def test_scale_of_unknown_or_unscalable_kinds_is_not_judged():
+    assert scalable_kind(scale_request("jobs", "batch", 3)) is None
+    assert scalable_kind(scale_request("widgets", "example.com", 3)) is None
+
+
+@pytest.mark.parametrize("replicas", [-1, "3", None, True])
+def test_malformed_scale_is_a_scale_error(replicas):
+    kind = next(k for k in KINDS if k.kind == "Deployment")
+    with pytest.raises(ScaleError, match="spec.replicas"):
+        as_workload_update(scale_request("deployments", "apps", replicas), kind, make("Deployment", pvc_pod_spec()))

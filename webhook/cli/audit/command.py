@@ -1,0 +1,289 @@
+"""``gpuguard audit``: flags in, exit code out.
+
+This module only parses flags, wires inputs (files or a cluster) to the engine and picks a
+format; every decision comes from ``gpuguard.webhook.engine.core`` and every count from
+``gpuguard.webhook.cli.audit.run``.  Exit codes (documented in docs/audit.md): 0 clean, 1 findings at or
+above ``--fail-on``, 2 usage, config, input or cluster errors (2 wins over 1: an audit that
+could not read everything must not pass as merely "has findings").  No traceback reaches
+users: errors are one ``gpuguard: error: ...`` line (``GPUGUARD_DEBUG=1`` re-raises).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.syntax import Syntax
+
+from gpuguard.kubeapi.client import custom_objects
+from gpuguard.webhook import manifests
+from gpuguard.webhook.catalog import load_catalog
+from gpuguard.webhook.cli.audit import cost, mutation
+from gpuguard.webhook.cli.audit.formats import FORMATS, HUMAN_FORMATS, RenderOptions, render
+from gpuguard.webhook.cli.audit.run import EXIT_ERROR, FAIL_ON, AuditItem, AuditReport, evaluate_all, file_context
+from gpuguard.webhook.cli.common import UsageError, error, guard
+from gpuguard.webhook.objects import ApiLookup, StaticLookup
+from gpuguard.workloads.claims import StaticClaims
+
+
+def register(subparsers: Any) -> None:
+    """Add ``audit`` to the ``gpuguard`` command."""
+    parser = subparsers.add_parser(
+        "audit", help="what gpuguard would change and reject, for manifests or a live cluster",
+        description="Evaluate manifests (files, folders, - for stdin) or a live cluster's workloads with the "
+        "webhook's engine, without changing anything, and report what would be denied, warned about and "
+        "changed, with an estimate of the GPU cost at risk.",
+        epilog="Exit codes: 0 nothing at or above --fail-on; 1 findings at or above --fail-on; 2 usage, "
+        "config, input or cluster errors (2 wins over 1). See docs/audit.md.")
+    parser.add_argument("paths", nargs="*", metavar="PATH",
+                        help="manifest files or folders (recursive: *.yaml, *.yml, *.json); - reads stdin "
+                        "(helm template | gpuguard audit -)")
+    source = parser.add_argument_group("live cluster")
+    source.add_argument("--cluster", action="store_true",
+                        help="audit the workloads of the current kubeconfig context, as if each were created now")
+    source.add_argument("-n", "--namespace",
+                        help="with --cluster: the namespace to audit (default: the context's); with files: the "
+                        "namespace of objects without one (default: default)")
+    source.add_argument("-A", "--all-namespaces", action="store_true", help="with --cluster: every namespace")
+    source.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, then "
+                        "~/.kube/config)")
+    source.add_argument("--context", help="kubeconfig context (default: the current one)")
+    source.add_argument("--chunk-size", type=_positive, default=500, metavar="N",
+                        help="objects per list request (default: 500)")
+    parser.add_argument("--config", metavar="FILE", help="GpuguardConfig file (default: the shipped default)")
+    parser.add_argument("--namespace-label", action="append", default=[], metavar="KEY=VALUE",
+                        help="with files: a label of the target namespace, for profiles chosen by label "
+                        "(repeatable)")
+    parser.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                        help="skip files or folders matching GLOB while walking folders (repeatable)")
+    parser.add_argument("--ignore-non-kubernetes", action="store_true",
+                        help="documents without apiVersion/kind (values.yaml, CI configs) are counted in a note "
+                        "instead of being input errors; invalid YAML still is one (for pre-commit hooks)")
+    output = parser.add_argument_group("output")
+    output.add_argument("--format", choices=tuple(FORMATS), default="table",
+                        help="table (default), json, junit, sarif, policyreport or html")
+    output.add_argument("--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    output.add_argument("--fail-on", choices=FAIL_ON, default="deny",
+                        help="exit 1 when a finding is at or above this level (default: deny)")
+    output.add_argument("--diff", action="store_true",
+                        help="print each workload's unified YAML diff before/after mutation (with a format other "
+                        "than table, the report needs --output)")
+    output.add_argument("-v", "--verbose", action="store_true",
+                        help="table: also list objects that are not checked (ConfigMaps, exempt namespaces ...)")
+    output.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    parser.set_defaults(func=guard(run_audit))
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return value
+
+
+def _note(message: str) -> None:
+    print(f"gpuguard: {message}", file=sys.stderr)
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--namespace-label {pair!r}: expected KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    if not args.paths and not args.cluster:
+        raise UsageError("nothing to audit: give manifest paths (or - for stdin) or --cluster")
+    if args.all_namespaces and args.namespace:
+        raise UsageError("--namespace and --all-namespaces exclude each other")
+    if not args.cluster:
+        for flag, value in (("--all-namespaces", args.all_namespaces), ("--kubeconfig", args.kubeconfig),
+                            ("--context", args.context)):
+            if value:
+                raise UsageError(f"{flag} needs --cluster")
+    if args.paths.count(manifests.STDIN) > 1:
+        raise UsageError("- (stdin) can be given once")
+    if args.diff and args.format not in HUMAN_FORMATS and not args.output:
+        raise UsageError(f"--diff prints to stdout, so --format {args.format} needs --output FILE")
+
+
+def _progress_enabled(args: argparse.Namespace) -> bool:
+    """A live bar only for a person watching: both streams on a terminal, not CI, not asked off."""
+    return (not args.no_progress and not os.environ.get("CI") and sys.stderr.isatty() and sys.stdout.isatty())
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool) -> Iterator[Progress | None]:
+    if not enabled:
+        yield None
+        return
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[objects]} objects"), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+    with progress:
+        yield progress
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    _check_flags(args)
+    labels = _labels(args.namespace_label)
+    from gpuguard.webhook.config import ConfigError, load_config  # late: `gpuguard --help` stays fast
+    from gpuguard.webhook.engine.core import Engine
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        error(str(exc))
+        return EXIT_ERROR
+    except OSError as exc:
+        error(f"{args.config}: {exc.strerror or exc}")
+        return EXIT_ERROR
+    engine = Engine(config)
+    prices = cost.Prices.from_config(config)
+    items: list[AuditItem] = []
+    extra_errors: list[str] = []
+    notes: list[str] = []
+    sources: list[str] = []
+    with _progress(_progress_enabled(args)) as progress:
+        if args.paths:
+            sources.extend(manifests.STDIN_NAME if p == manifests.STDIN else p for p in args.paths)
+            task = progress.add_task("Auditing manifests", total=None, objects=0) if progress else None
+            seen = 0
+
+            def count(item: AuditItem) -> None:
+                nonlocal seen
+                seen += 1
+                if progress is not None and task is not None:
+                    progress.update(task, advance=1, objects=seen)
+
+            default_ns = args.namespace or "default"
+            ignored = 0
+
+            def documents() -> Iterator[manifests.Document]:
+                nonlocal ignored
+                for doc in manifests.load(args.paths, exclude=args.exclude):
+                    if args.ignore_non_kubernetes and doc.error and doc.error.kind == manifests.NOT_KUBERNETES:
+                        ignored += 1
+                        continue
+                    yield doc
+
+            # Read once: what the workloads name may stand anywhere in the input: a TrainJob's runtime
+            # (gpuguard.webhook.objects), the DRA claim templates and claims of pods' resourceClaims.
+            docs = list(documents())
+            runtimes = StaticLookup(doc.obj for doc in docs)
+            engine.claims = StaticClaims((d.obj for d in docs if d.obj is not None), origin="the audited files")
+            pairs = ((doc, file_context(doc.obj, default_ns, labels, runtimes or None)) for doc in docs)
+            items.extend(evaluate_all(pairs, engine.evaluate, prices, on_item=count))
+            if ignored:
+                notes.append(f"{ignored} documents that are not Kubernetes objects were ignored "
+                             "(--ignore-non-kubernetes)")
+        if args.cluster:
+            status = _audit_cluster(args, engine, prices, items, progress)
+            if isinstance(status, int):
+                return status
+            source, cluster_errors, cluster_notes = status
+            sources.append(source)
+            extra_errors.extend(cluster_errors)
+            notes.extend(cluster_notes)
+    if not items and not extra_errors:
+        notes.append("no Kubernetes objects found in the given inputs")
+    report = AuditReport(items, fail_on=args.fail_on, catalog=load_catalog(engine.config), sources=sources,
+                         extra_errors=extra_errors, notes=notes)
+    _write(report, args)
+    return report.exit_code
+
+
+def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, items: list[AuditItem],
+                   progress: Progress | None) -> int | tuple[str, list[str], list[str]]:
+    from gpuguard.webhook.cli.audit.cluster import ClusterError, ClusterLister, connect
+
+    try:
+        conn = connect(args.kubeconfig, args.context)
+    except ClusterError as exc:
+        error(str(exc))
+        return EXIT_ERROR
+    namespace = None if args.all_namespaces else (args.namespace or conn.namespace)
+    if namespace and not args.namespace:
+        _note(f"auditing namespace {namespace!r} of context {conn.context!r} (-A for every namespace)")
+    lister = ClusterLister(conn.api, namespace=namespace, chunk_size=args.chunk_size,
+                           source=f"cluster:{conn.context}")
+    task = progress.add_task("Discovering APIs", total=None, objects=0) if progress else None
+    listed = 0
+
+    def on_kind(label: str, done: int, total: int) -> None:
+        if progress is not None and task is not None:
+            progress.update(task, description=f"Listing {label}" if done < total else "Done",
+                            completed=done, total=total)
+
+    def on_item(item: AuditItem) -> None:
+        nonlocal listed
+        listed += 1
+        if progress is not None and task is not None:
+            progress.update(task, objects=listed)
+
+    runtimes = ApiLookup(api=custom_objects(conn.api))
+    pairs = ((doc, replace(ctx, lookup=runtimes) if ctx is not None else None) for doc, ctx in lister.objects(on_kind))
+    try:
+        engine.claims = lister.claims()  # DRA claim templates and claims, listed once
+        items.extend(evaluate_all(pairs, engine.evaluate, prices, on_item=on_item))
+    except ClusterError as exc:
+        error(str(exc))
+        return EXIT_ERROR
+    finally:
+        with contextlib.suppress(Exception):
+            conn.api.close()
+    notes = list(lister.notes)
+    if lister.skipped_owned:
+        notes.append(f"{lister.skipped_owned} objects owned by a controller gpuguard also lists were not "
+                     "counted twice (e.g. ReplicaSets of Deployments, Pods of Jobs)")
+    return lister.source, list(lister.errors), notes
+
+
+@contextlib.contextmanager
+def _destination(path: str | None) -> Iterator[tuple[TextIO, bool]]:
+    """(stream, is_terminal) for the report."""
+    if not path or path == "-":
+        yield sys.stdout, sys.stdout.isatty()
+        return
+    try:
+        handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed below, errors reported
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    with handle:
+        yield handle, False
+
+
+def _write(report: AuditReport, args: argparse.Namespace) -> None:
+    with _destination(args.output) as (out, tty):
+        color = tty and not os.environ.get("NO_COLOR")
+        width = None if tty else 120
+        options = RenderOptions(color=color, width=width, verbose=args.verbose,
+                                diff=args.diff and args.format in HUMAN_FORMATS)
+        render(report, args.format, out, options)
+    if args.diff and args.format not in HUMAN_FORMATS:
+        _print_diffs(report)
+
+
+def _print_diffs(report: AuditReport) -> None:
+    """``--diff`` with a machine format: the diffs go to stdout, the report to --output."""
+    color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    console = Console(force_terminal=color, no_color=not color, highlight=False) if color else None
+    for item in report.workloads:
+        if not item.patch or item.decision is None:
+            continue
+        diff = mutation.yaml_diff(item.decision.original, item.decision.mutated, item.label)
+        if console is not None:
+            console.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
+        else:
+            sys.stdout.write(diff)

@@ -1,0 +1,236 @@
+"""Cost at risk: what the findings could cost per day, so an admin can weigh them in dollars.
+
+This is an estimate, on purpose a simple and explainable one.  A workload is *at risk* when
+
+- ``job-limits`` would have to mutate it (or flags it in warn/audit mode): it has no deadline,
+  so a hung run keeps its GPUs until someone notices;
+- ``job-ttl`` would have to mutate it: it has no TTL (or one above the cap), so a finished
+  job keeps its pods, claims and, for RayJob, a whole GPU cluster around;
+- ``gpu-request-shape`` denies it: its pods can never be scheduled, while quota, autoscaled
+  nodes and the already-started members of a partial gang sit idle.
+
+Each at-risk workload is assumed to hold all its GPUs around the clock (24 GPU-hours per GPU
+per day): an upper bound, not a forecast.  Prices come from the config's ``cost`` section
+(``gpuguard.webhook.config.Cost``, whose defaults are public on-demand list prices, shown in
+``docs/audit.md``):
+``productHourlyUsd`` by GPU product node-label value (or glob) when the workload pins a
+product with a nodeSelector or required node affinity, else ``gpuHourlyUsd`` by resource
+name (or glob).  Spot discounts and actual run times are not modelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from gpuguard.webhook.config import Cost
+from gpuguard.webhook.decision import Decision
+from gpuguard.workloads.kinds import lookup
+from gpuguard.workloads.paths import get_path
+
+HOURS_PER_DAY = 24
+
+# Node labels whose value names the GPU product; productHourlyUsd keys match their values.
+PRODUCT_LABELS = (
+    "nvidia.com/gpu.product",
+    "cloud.google.com/gke-accelerator",
+    "k8s.amazonaws.com/accelerator",
+    "karpenter.k8s.aws/instance-gpu-name",
+    "kubernetes.azure.com/accelerator",
+)
+
+# policy id -> (what the finding means for cost, which verdicts count; None = mutation or any finding)
+RISK_POLICIES: dict[str, tuple[str, frozenset[str] | None]] = {
+    "job-limits": ("no deadline: a hung run holds its GPUs", None),
+    "job-ttl": ("no TTL: a finished workload lingers", None),
+    "gpu-request-shape": ("would pend forever", frozenset({"deny"})),
+}
+
+METHOD = (
+    "Estimate, not a bill: every workload that job-limits or job-ttl would mutate (no deadline, no TTL) "
+    "or that gpu-request-shape denies (would pend forever) is assumed to hold all its GPUs 24 hours a "
+    "day; GPU-hours x the configured price per GPU-hour (by GPU product label when the workload pins "
+    "one, else by resource name). Spot discounts and real run times are not modelled."
+)
+
+
+def _matching(table: Mapping[str, float], key: str, *, fold_case: bool = False) -> float | None:
+    """Exact key first, then the longest (most specific) glob that matches."""
+    if key in table:
+        return table[key]
+    probe = key.lower() if fold_case else key
+    for pattern in sorted(table, key=len, reverse=True):
+        if fnmatchcase(probe, pattern.lower() if fold_case else pattern):
+            return table[pattern]
+    return None
+
+
+@dataclass(frozen=True)
+class Prices:
+    """GPU prices per GPU-hour: by resource name and by GPU product label value."""
+
+    gpu_hourly_usd: Mapping[str, float] = field(default_factory=lambda: Cost().gpu_hourly_usd)
+    product_hourly_usd: Mapping[str, float] = field(default_factory=lambda: Cost().product_hourly_usd)
+
+    @classmethod
+    def from_config(cls, config: Any) -> Prices:
+        """The config's ``cost`` section (its defaults, ``gpuguard.webhook.config.Cost``, where the file has none)."""
+        cost = getattr(config, "cost", None)
+        cost = cost if isinstance(cost, Cost) else Cost()
+        return cls(dict(cost.gpu_hourly_usd), dict(cost.product_hourly_usd))
+
+    def per_gpu_hour(self, resource: str, products: Iterable[str] = ()) -> float | None:
+        """Price of one GPU of ``resource`` for an hour; a pinned product wins for whole GPUs.
+
+        Product prices apply to whole-GPU resources (``*/gpu``) only: a MIG slice or a shared
+        time-slice of an H100 does not cost a whole H100.
+        """
+        if resource.endswith("/gpu"):
+            for product in products:
+                price = _matching(self.product_hourly_usd, product, fold_case=True)
+                if price is not None:
+                    return price
+        return _matching(self.gpu_hourly_usd, resource)
+
+
+def gpus_by_resource(decision: Decision) -> dict[str, int]:
+    """GPU counts per resource name for the whole workload.
+
+    Uses ``Decision.gpus_by_resource`` when the engine provides it; otherwise counts all of
+    ``Decision.gpus`` as ``nvidia.com/gpu``, the common case.
+    """
+    by_resource = getattr(decision, "gpus_by_resource", None)
+    if isinstance(by_resource, dict):
+        return {str(k): int(v) for k, v in by_resource.items() if v}
+    return {"nvidia.com/gpu": decision.gpus} if decision.gpus else {}
+
+
+def pinned_products(obj: Any) -> list[str]:
+    """GPU product label values a workload's pod templates require (nodeSelector or affinity)."""
+    spec = lookup(get_path(obj, ("apiVersion",)), get_path(obj, ("kind",)))
+    if spec is None or not isinstance(obj, dict):
+        return []
+    found: list[str] = []
+    for ref in spec.locate(obj):
+        pod = get_path(obj, ref.spec_path)
+        if not isinstance(pod, dict):
+            continue
+        found.extend(_products_in(pod))
+    return list(dict.fromkeys(found))
+
+
+def _products_in(pod: dict) -> Iterator[str]:
+    selector = pod.get("nodeSelector")
+    if isinstance(selector, dict):
+        for label in PRODUCT_LABELS:
+            if isinstance(selector.get(label), str):
+                yield selector[label]
+    terms = get_path(pod, ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                           "nodeSelectorTerms"))
+    for term in terms if isinstance(terms, list) else []:
+        expressions = term.get("matchExpressions") if isinstance(term, dict) else None
+        for expr in expressions if isinstance(expressions, list) else []:
+            if (isinstance(expr, dict) and expr.get("key") in PRODUCT_LABELS and expr.get("operator") == "In"
+                    and isinstance(expr.get("values"), list)):
+                yield from (v for v in expr["values"] if isinstance(v, str))
+
+
+def risk_reasons(decision: Decision) -> list[str]:
+    """Ids of the policies whose finding puts this workload's GPUs at risk (see module doc)."""
+    reasons = []
+    for policy, (_, verdicts) in RISK_POLICIES.items():
+        mutates = verdicts is None and policy in decision.mutated_by
+        flagged = any(v.policy == policy and (verdicts is None or v.verdict in verdicts)
+                      for v in decision.violations)
+        if mutates or flagged:
+            reasons.append(policy)
+    return reasons
+
+
+_DONE_CONDITIONS = frozenset({"Complete", "Completed", "Succeeded", "Failed"})
+_DONE_PHASES = frozenset({"Succeeded", "Failed", "Completed", "Complete", "Terminated", "Aborted"})
+
+
+def is_finished(obj: Any) -> bool:
+    """Whether a live workload's status says it ran to its end (so its GPUs are released).
+
+    The operators share the vocabulary: a true ``Complete``/``Succeeded``/``Failed`` condition (Job,
+    Kubeflow jobs, JobSet's ``Completed``, TrainJob), a final ``status.phase`` (Pod), RayJob's
+    ``jobDeploymentStatus`` and Volcano's ``state.phase``.
+    """
+    status = obj.get("status") if isinstance(obj, dict) else None
+    if not isinstance(status, dict):
+        return False
+    conditions = status.get("conditions")
+    for cond in conditions if isinstance(conditions, list) else []:
+        if isinstance(cond, dict) and isinstance(cond.get("type"), str) and cond["type"] in _DONE_CONDITIONS \
+                and cond.get("status") == "True":
+            return True
+    state = status.get("state") if isinstance(status.get("state"), dict) else {}
+    return any(isinstance(value, str) and value in _DONE_PHASES
+               for value in (status.get("phase"), status.get("jobDeploymentStatus"), state.get("phase")))
+
+
+@dataclass(frozen=True)
+class WorkloadCost:
+    """What one at-risk workload could cost per day."""
+
+    reasons: tuple[str, ...]
+    gpus: int
+    gpu_hours_per_day: float
+    usd_per_day: float
+    unpriced: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reasons": list(self.reasons), "gpus": self.gpus, "gpuHoursPerDay": self.gpu_hours_per_day,
+                "usdPerDay": round(self.usd_per_day, 2), "unpricedGpus": dict(self.unpriced)}
+
+
+def workload_cost(decision: Decision, prices: Prices) -> WorkloadCost | None:
+    """The cost at risk of one decision, or ``None`` when it is not at risk or uses no GPU."""
+    reasons = risk_reasons(decision)
+    counts = gpus_by_resource(decision)
+    if not reasons or not counts:
+        return None
+    obj = decision.mutated if isinstance(decision.mutated, dict) else decision.original
+    products = pinned_products(obj)
+    usd = 0.0
+    unpriced: dict[str, int] = {}
+    for resource, count in counts.items():
+        price = prices.per_gpu_hour(resource, products)
+        if price is None:
+            unpriced[resource] = count
+        else:
+            usd += count * HOURS_PER_DAY * price
+    gpus = sum(counts.values())
+    return WorkloadCost(tuple(reasons), gpus, float(gpus * HOURS_PER_DAY), usd, unpriced)
+
+
+def summarize(costs: Iterable[WorkloadCost]) -> dict[str, Any]:
+    """The ``summary.costAtRisk`` object of the JSON output."""
+    costs = list(costs)
+    by_reason: dict[str, dict[str, Any]] = {}
+    unpriced: dict[str, int] = {}
+    for cost in costs:
+        for reason in cost.reasons:
+            bucket = by_reason.setdefault(reason, {"description": RISK_POLICIES[reason][0], "workloads": 0,
+                                                   "gpuHoursPerDay": 0.0, "usdPerDay": 0.0})
+            bucket["workloads"] += 1
+            bucket["gpuHoursPerDay"] += cost.gpu_hours_per_day
+            bucket["usdPerDay"] = round(bucket["usdPerDay"] + cost.usd_per_day, 2)
+        for resource, count in cost.unpriced.items():
+            unpriced[resource] = unpriced.get(resource, 0) + count
+    return {
+        "estimate": True,
+        "currency": "USD",
+        "hoursPerDay": HOURS_PER_DAY,
+        "workloads": len(costs),
+        "gpus": sum(c.gpus for c in costs),
+        "gpuHoursPerDay": float(sum(c.gpu_hours_per_day for c in costs)),
+        "usdPerDay": round(sum(c.usd_per_day for c in costs), 2),
+        "byReason": by_reason,
+        "unpricedGpus": unpriced,
+        "method": METHOD,
+    }

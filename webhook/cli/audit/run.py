@@ -1,0 +1,270 @@
+"""The audit itself: every object through the engine, then the counts and the exit code.
+
+Files and live clusters differ only in where objects come from and which ``RequestContext``
+each gets; both end here as ``(Document, RequestContext)`` pairs so the decision, the
+summary and the exit code are computed one way.  Formats render an ``AuditReport`` and
+never re-derive anything from decisions themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuguard.webhook.catalog import PolicyInfo
+from gpuguard.webhook.cli.audit import cost
+from gpuguard.webhook.decision import Decision, RequestContext
+from gpuguard.webhook.manifests import Document
+
+FAIL_ON = ("deny", "warn", "never")
+VERDICTS = ("deny", "warn", "audit")
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+ENGINE_ERROR = "engine-error"
+NO_NAMESPACE = "(none)"
+
+Evaluate = Callable[[dict, RequestContext], Decision]
+
+
+@dataclass
+class AuditItem:
+    """One document's outcome: a decision, or the reason there is none."""
+
+    doc: Document
+    decision: Decision | None = None
+    namespace: str | None = None
+    engine_error: str | None = None  # evaluate() raised: a bug, reported rather than fatal
+    cost: cost.WorkloadCost | None = None
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        return self.doc.obj if isinstance(self.doc.obj, dict) else {}
+
+    @property
+    def error(self) -> str | None:
+        """Why this document got no usable decision (input, engine crash or engine error)."""
+        if self.doc.error:
+            return self.doc.error.message
+        if self.engine_error:
+            return self.engine_error
+        return self.decision.error if self.decision is not None else None
+
+    @property
+    def error_type(self) -> str | None:
+        if self.doc.error:
+            return self.doc.error.kind
+        return ENGINE_ERROR if self.error else None
+
+    @property
+    def is_input_error(self) -> bool:
+        return self.doc.error is not None
+
+    @property
+    def is_workload(self) -> bool:
+        """Evaluated by the engine: a decision, not skipped, no error."""
+        return self.decision is not None and not self.decision.skipped and not self.error
+
+    @property
+    def violations(self) -> list:
+        return list(self.decision.violations) if self.is_workload and self.decision else []
+
+    @property
+    def mutated_by(self) -> list[str]:
+        return list(self.decision.mutated_by) if self.is_workload and self.decision else []
+
+    @property
+    def patch(self) -> list[dict[str, Any]]:
+        return list(self.decision.patch) if self.is_workload and self.decision else []
+
+    @property
+    def api_version(self) -> str | None:
+        return self.decision.api_version if self.decision else _str(self.obj.get("apiVersion"))
+
+    @property
+    def kind(self) -> str | None:
+        return self.decision.kind if self.decision else _str(self.obj.get("kind"))
+
+    @property
+    def name(self) -> str | None:
+        if self.decision and self.decision.name:
+            return self.decision.name
+        meta = self.obj.get("metadata")
+        if isinstance(meta, dict):
+            return _str(meta.get("name")) or _str(meta.get("generateName"))
+        return None
+
+    @property
+    def namespace_key(self) -> str:
+        return self.namespace or NO_NAMESPACE
+
+    @property
+    def label(self) -> str:
+        """``Kind namespace/name`` as kubectl users say it."""
+        name = self.name or "(unnamed)"
+        kind = self.kind or "?"
+        return f"{kind} {self.namespace}/{name}" if self.namespace else f"{kind} {name}"
+
+    @property
+    def verdict(self) -> str:
+        """One word per item: error, skipped, deny, warn, audit, mutate or pass."""
+        if self.error:
+            return "error"
+        if self.decision is None or self.decision.skipped:
+            return "skipped"
+        verdicts = {v.verdict for v in self.decision.violations}
+        for verdict in VERDICTS:
+            if verdict in verdicts:
+                return verdict
+        if not self.decision.allowed:
+            return "deny"
+        return "mutate" if self.decision.patch else "pass"
+
+    def entry(self) -> dict[str, Any]:
+        """This item's ``results[]`` entry of the JSON output (docs/audit-result.schema.json)."""
+        doc = self.doc
+        where: dict[str, Any] = {"line": doc.line, "column": doc.column}
+        if doc.item is not None:
+            where["item"] = doc.item
+        if self.decision is not None and not self.engine_error:
+            entry = self.decision.result_entry(doc.source, doc.index)
+            if entry.get("namespace") is None and self.namespace:
+                entry["namespace"] = self.namespace
+            entry.update(where)
+            if self.decision.error:
+                entry["errorType"] = ENGINE_ERROR
+            if self.cost is not None:
+                entry["costAtRisk"] = self.cost.to_dict()
+            return entry
+        entry = {"source": doc.source, "index": doc.index, **where}
+        if self.kind:
+            entry.update(apiVersion=self.api_version, kind=self.kind, namespace=self.namespace,
+                         name=self.name)
+        entry.update(error=self.error, errorType=self.error_type)
+        return entry
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def evaluate_all(pairs: Iterable[tuple[Document, RequestContext | None]], evaluate: Evaluate,
+                 prices: cost.Prices,
+                 on_item: Callable[[AuditItem], None] | None = None) -> Iterator[AuditItem]:
+    """Run the engine over every object; an exception costs one item, never the audit."""
+    for doc, ctx in pairs:
+        if doc.error is not None or doc.obj is None or ctx is None:
+            item = AuditItem(doc, namespace=ctx.namespace if ctx else None)
+        else:
+            try:
+                decision = evaluate(doc.obj, ctx)
+            except Exception as exc:  # a policy bug must not hide every other finding
+                failure = f"the engine failed on this object: {type(exc).__name__}: {exc}"
+                item = AuditItem(doc, namespace=ctx.namespace, engine_error=failure)
+            else:
+                item = AuditItem(doc, decision, namespace=decision.namespace or ctx.namespace)
+                if item.is_workload and not doc.finished and not cost.is_finished(doc.obj):
+                    item.cost = cost.workload_cost(decision, prices)
+        if on_item is not None:
+            on_item(item)
+        yield item
+
+
+def file_context(obj: dict | None, default_namespace: str | None,
+                 namespace_labels: dict[str, str] | None = None,
+                 lookup: Callable[[str, str, str | None, str], dict | None] | None = None) -> RequestContext:
+    """How a manifest would reach the webhook: a CREATE in its namespace (or the default one)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    if not isinstance(namespace, str) or not namespace:
+        namespace = default_namespace
+    return RequestContext(operation="CREATE", namespace=namespace,
+                          namespace_labels=dict(namespace_labels or {}), lookup=lookup)
+
+
+def _counter() -> dict[str, int]:
+    return {"deny": 0, "warn": 0, "audit": 0, "mutate": 0}
+
+
+@dataclass
+class AuditReport:
+    """Everything a format needs: items, the policy catalog and the exit-code rule."""
+
+    items: list[AuditItem]
+    fail_on: str = "deny"
+    catalog: dict[str, PolicyInfo] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+    extra_errors: list[str] = field(default_factory=list)  # e.g. kinds the cluster refused to list
+    notes: list[str] = field(default_factory=list)  # degraded but complete, e.g. CRDs not installed
+
+    @property
+    def workloads(self) -> list[AuditItem]:
+        return [i for i in self.items if i.is_workload]
+
+    @property
+    def errors(self) -> list[AuditItem]:
+        return [i for i in self.items if i.error]
+
+    def policy_ids(self) -> list[str]:
+        """Registered policies in engine order, then any other id a decision mentions."""
+        seen = dict.fromkeys(self.catalog)
+        for item in self.workloads:
+            seen.update(dict.fromkeys(v.policy for v in item.violations))
+            seen.update(dict.fromkeys(item.mutated_by))
+        return list(seen)
+
+    @property
+    def exit_code(self) -> int:
+        """2 for any input or engine error (the audit is incomplete: that wins), else 1 for
+        findings at or above ``fail_on``, else 0.  Mutations are not findings."""
+        if self.errors or self.extra_errors:
+            return EXIT_ERROR
+        failing = {"deny": {"deny"}, "warn": {"deny", "warn"}, "never": set()}[self.fail_on]
+        for item in self.workloads:
+            if any(v.verdict in failing for v in item.violations):
+                return EXIT_FINDINGS
+            if "deny" in failing and item.decision is not None and not item.decision.allowed:
+                return EXIT_FINDINGS
+        return EXIT_CLEAN
+
+    def summary(self) -> dict[str, Any]:
+        """The ``summary`` object of the JSON output (see docs/audit.md for each key)."""
+        workloads = self.workloads
+        violations = {v: 0 for v in VERDICTS}
+        by_policy: dict[str, dict[str, int]] = {pid: _counter() for pid in self.policy_ids()}
+        by_namespace: dict[str, dict[str, int]] = {}
+        for item in workloads:
+            ns = by_namespace.setdefault(item.namespace_key, {"workloads": 0, **_counter()})
+            ns["workloads"] += 1
+            for v in item.violations:
+                verdict = v.verdict if v.verdict in violations else "audit"
+                violations[verdict] += 1
+                by_policy.setdefault(v.policy, _counter())[verdict] += 1
+                ns[verdict] += 1
+            for pid in item.mutated_by:
+                by_policy.setdefault(pid, _counter())["mutate"] += 1
+            if item.mutated_by or item.patch:
+                ns["mutate"] += 1
+        return {
+            "sources": list(self.sources),
+            "failOn": self.fail_on,
+            "exitCode": self.exit_code,
+            "objects": sum(1 for i in self.items if i.decision is not None or i.engine_error),
+            "workloads": len(workloads),
+            "allowed": sum(1 for i in workloads if i.decision and i.decision.allowed),
+            "denied": sum(1 for i in workloads if i.decision and not i.decision.allowed),
+            "mutated": sum(1 for i in workloads if i.patch),
+            "clean": sum(1 for i in workloads if i.verdict == "pass"),
+            "skipped": sum(1 for i in self.items if i.verdict == "skipped" and not i.is_input_error),
+            "inputErrors": sum(1 for i in self.items if i.is_input_error),
+            "engineErrors": sum(1 for i in self.items if i.error and not i.is_input_error),
+            "otherErrors": list(self.extra_errors),
+            "notes": list(self.notes),
+            "violations": violations,
+            "byPolicy": by_policy,
+            "byNamespace": dict(sorted(by_namespace.items())),
+            "costAtRisk": cost.summarize(i.cost for i in workloads if i.cost is not None),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON output: ``{"summary": ..., "results": [...]}``."""
+        return {"summary": self.summary(), "results": [item.entry() for item in self.items]}

@@ -1,0 +1,130 @@
+"""``gpuguard policies`` and ``gpuguard explain``: what each policy does, for the people who configure it.
+
+Everything shown comes from ``gpuguard.webhook.catalog`` (the registry and each policy's settings
+model), so the docs users read cannot drift from what the engine runs.  Works from an
+installed package: a policy's example is its module's ``example`` text, which the fixture
+suite proves passes (``tests/policies/<id>/example/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import orjson
+import yaml
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+
+from gpuguard.webhook.catalog import PolicyInfo, UnknownPolicyError, find, load_catalog
+from gpuguard.webhook.cli.common import EXIT_USAGE, error, guard
+from gpuguard.webhook.config import ConfigError, load_config
+
+
+def register(subparsers: Any) -> None:
+    """Add ``policies`` and ``explain`` to the ``gpuguard`` command."""
+    policies = subparsers.add_parser("policies", help="list every policy with its phase and default action",
+                                     description="List every policy gpuguard ships: id, phase (mutating or "
+                                     "validating), default action and what it does.")
+    policies.add_argument("--format", choices=("table", "json"), default="table")
+    policies.add_argument("--config", metavar="FILE", help="also list this GpuguardConfig's customPolicies")
+    policies.set_defaults(func=guard(run_policies))
+    explain = subparsers.add_parser("explain", help="what a policy checks, why, its settings and an example",
+                                    description="Explain one policy: what it checks, why it matters, its "
+                                    "settings (name, type, default) and a manifest that passes it.")
+    explain.add_argument("policy", help="policy id, e.g. job-ttl (see `gpuguard policies`)")
+    explain.add_argument("--format", choices=("text", "json"), default="text")
+    explain.add_argument("--config", metavar="FILE", help="a GpuguardConfig whose customPolicies may be explained")
+    explain.set_defaults(func=guard(run_explain))
+
+
+def _catalog(args: argparse.Namespace) -> dict[str, PolicyInfo] | None:
+    """The built-in policies, plus the custom rules of ``--config`` (``None`` after printing why it failed)."""
+    if not getattr(args, "config", None):
+        return load_catalog()
+    try:
+        return load_catalog(load_config(args.config))
+    except ConfigError as exc:
+        error(str(exc))
+        return None
+
+
+def run_policies(args: argparse.Namespace) -> int:
+    policies = _catalog(args)
+    if policies is None:
+        return EXIT_USAGE
+    if args.format == "json":
+        rows = [{"id": p.id, "phase": p.phase, "defaultAction": p.default_action, "title": p.title,
+                 "description": p.description} for p in policies.values()]
+        sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    console = _stdout_console()
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("POLICY", no_wrap=True)
+    table.add_column("PHASE", no_wrap=True)
+    table.add_column("DEFAULT", no_wrap=True)
+    table.add_column("WHAT IT DOES")
+    for p in policies.values():
+        table.add_row(p.id, p.phase, p.default_action, p.one_line)
+    console.print(table)
+    console.print("[dim]`gpuguard explain POLICY` tells what it checks, why, its settings and an example.[/dim]")
+    return 0
+
+
+def _stdout_console() -> Console:
+    tty = sys.stdout.isatty()
+    return Console(highlight=False, no_color=not tty or bool(os.environ.get("NO_COLOR")),
+                   width=None if tty else 120)
+
+
+def config_snippet(info: PolicyInfo) -> str:
+    """The policy's block of a GpuguardConfig with every setting at its default."""
+    settings: dict[str, Any] = {} if info.settings else {"action": info.default_action}
+    for s in info.settings:
+        try:
+            settings[s.name] = orjson.loads(s.default)
+        except orjson.JSONDecodeError:
+            settings[s.name] = s.default
+    doc = {"apiVersion": "gpuguard.io/v1alpha1", "kind": "GpuguardConfig", "policies": {info.id: settings}}
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    policies = _catalog(args)
+    if policies is None:
+        return EXIT_USAGE
+    try:
+        info = find(policies, args.policy)
+    except UnknownPolicyError as exc:
+        error(str(exc))
+        return EXIT_USAGE
+    if args.format == "json":
+        data = {"id": info.id, "title": info.title, "phase": info.phase, "defaultAction": info.default_action,
+                "description": info.description, "rationale": info.rationale, "example": info.example,
+                "settings": [{"name": s.name, "type": s.type, "default": s.default, "description": s.description}
+                             for s in info.settings]}
+        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    console = _stdout_console()
+    console.print(f"[bold]{info.id}[/bold] — {info.title}")
+    console.print(f"{info.phase}, default action: {info.default_action}\n")
+    console.print("[bold]What it checks[/bold]")
+    console.print(info.description or "-")
+    console.print("\n[bold]Why it matters[/bold]")
+    console.print(info.rationale or "-")
+    console.print("\n[bold]Settings[/bold]")
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    for column in ("NAME", "TYPE", "DEFAULT", "DESCRIPTION"):
+        table.add_column(column, overflow="fold")
+    for s in info.settings:
+        table.add_row(s.name, s.type, s.default, s.description)
+    console.print(table)
+    console.print("\n[bold]Configure it[/bold] (defaults shown)")
+    console.print(Syntax(config_snippet(info), "yaml", theme="ansi_dark", background_color="default"))
+    if info.example:
+        console.print("[bold]Passes[/bold]")
+        console.print(Syntax(info.example.rstrip(), "yaml", theme="ansi_dark", background_color="default"))
+    return 0

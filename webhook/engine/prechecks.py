@@ -1,0 +1,109 @@
+"""The invalid-quantity finding: resource quantities in an object that are not usable numbers.
+
+``gpuguard.workloads.quantity.parse`` turns a malformed or out-of-range quantity into ``None`` so that no
+policy can raise on it — but a GPU limit of ``"1e800000"`` read as "missing" would let the
+object through as if it asked for no GPU at all.  So before the engine looks at an object,
+the server asks :func:`find` for every quantity the policies read (container requests and
+limits, pod overhead and pod-level resources, emptyDir size limits) in every pod template
+of a kind gpuguard checks, and denies the object with one clear line per bad value.  The
+engine or the audit CLI can call the same hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from gpuguard.workloads import kinds, quantity
+from gpuguard.workloads.paths import Path
+
+POLICY_ID = "invalid-quantity"
+_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+MAX_FINDINGS = 20  # enough to fix the object; a hostile one with thousands gets a bounded answer
+
+
+@dataclass(frozen=True)
+class InvalidQuantity:
+    """One bad value: where it is, what it was, and why it is refused."""
+
+    path: Path
+    value: Any
+    reason: str
+
+    @property
+    def text(self) -> str:
+        shown = f'"{self.value[:40]}{"…" if len(self.value) > 40 else ""}"' if isinstance(self.value, str) \
+            else repr(self.value)[:40]
+        return f"[{POLICY_ID}] {_dotted(self.path)}: {shown} is not a usable quantity: {self.reason}"
+
+
+def _dotted(path: Path) -> str:
+    """``spec.containers[0].resources.limits[nvidia.com/gpu]``: keys with dots or slashes bracketed."""
+    out = ""
+    for step in path:
+        if isinstance(step, int) or "." in step or "/" in step:
+            out += f"[{step}]"
+        else:
+            out += f".{step}" if out else step
+    return out
+
+
+def _resource_map(values: Any, path: Path) -> Iterator[InvalidQuantity]:
+    if not isinstance(values, dict):
+        return
+    for name, value in values.items():
+        if value is None:
+            continue
+        reason = quantity.problem(value)
+        if reason:
+            yield InvalidQuantity(path + (str(name),), value, reason)
+
+
+def _resources(resources: Any, path: Path) -> Iterator[InvalidQuantity]:
+    if isinstance(resources, dict):
+        for section in ("requests", "limits"):
+            yield from _resource_map(resources.get(section), path + (section,))
+
+
+def _pod_spec(spec: dict, path: Path) -> Iterator[InvalidQuantity]:
+    for list_name in _CONTAINER_LISTS:
+        containers = spec.get(list_name)
+        if isinstance(containers, list):
+            for i, container in enumerate(containers):
+                if isinstance(container, dict):
+                    yield from _resources(container.get("resources"), path + (list_name, i, "resources"))
+    yield from _resources(spec.get("resources"), path + ("resources",))
+    yield from _resource_map(spec.get("overhead"), path + ("overhead",))
+    volumes = spec.get("volumes")
+    if isinstance(volumes, list):
+        for i, volume in enumerate(volumes):
+            empty_dir = volume.get("emptyDir") if isinstance(volume, dict) else None
+            size = empty_dir.get("sizeLimit") if isinstance(empty_dir, dict) else None
+            if size is not None and (reason := quantity.problem(size)):
+                yield InvalidQuantity(path + ("volumes", i, "emptyDir", "sizeLimit"), size, reason)
+
+
+def find(obj: Any) -> list[InvalidQuantity]:
+    """Every invalid quantity in the pod templates of ``obj`` (at most ``MAX_FINDINGS``)."""
+    if not isinstance(obj, dict):
+        return []
+    kind = kinds.lookup(obj.get("apiVersion"), obj.get("kind"))
+    if kind is None:
+        return []
+    found: list[InvalidQuantity] = []
+    for ref in kind.locate(obj):
+        spec = kinds.get_path(obj, ref.spec_path)
+        if isinstance(spec, dict):
+            for item in _pod_spec(spec, ref.spec_path):
+                found.append(item)
+                if len(found) >= MAX_FINDINGS:
+                    return found
+    return found
+
+
+def denial_message(kind: str, found: list[InvalidQuantity]) -> str:
+    """The message the user sees: one line per bad value, like the policy denials."""
+    header = f"gpuguard denied this {kind or 'object'}: {len(found)} invalid resource quantit" \
+             f"{'y' if len(found) == 1 else 'ies'}"
+    return "\n".join([header, *(f.text for f in found)])

@@ -1,0 +1,134 @@
+"""The ASGI app of one server process: routes, error answers, and the background reloaders.
+
+Every answer that is not an AdmissionReview is ``{"error": …}`` JSON (404, 405, 500 included),
+and paths are matched exactly: ``/validate/`` is a 404, never a redirect whose Location would
+come from the client's Host header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gpuguard.webhook.server import filewatch, logs, metrics, protocol, tls
+from gpuguard.webhook.server.namespaces import NamespaceLabels
+from gpuguard.webhook.server.review import handle_review, json_response
+from gpuguard.webhook.server.state import Active, Runtime, ServeSettings, build_active
+
+SETTINGS_ENV = "GPUGUARD_SERVE_SETTINGS"
+
+
+def _tune_gc() -> None:
+    """Keep full garbage collections off the review path.
+
+    Everything imported and loaded at start (FastAPI, pydantic models, the compiled config) is
+    long-lived; ``gc.freeze`` moves it out of the collector's sight, and a higher gen-0
+    threshold makes collections rarer.  Measured (bench/): gen-2 passes over ~60k objects cost
+    ~36 ms each and set the p99 of 60 KB reviews; with this the p99 at 500 reviews/s went from
+    26 ms to 3 ms.  Runs in each worker, after start-up allocations.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 50)
+
+
+def _watchers(runtime: Runtime, settings: ServeSettings) -> list[filewatch.Watcher]:
+    """One watcher per file group: a slow config reload can't delay a certificate reload."""
+    watchers = []
+    if settings.config_path:
+        config = filewatch.Watcher(settings.reload_interval, name="config")
+        config.add((settings.config_path,), runtime.reload_config)
+        watchers.append(config)
+    if runtime.tls is not None:
+        certs = filewatch.Watcher(settings.reload_interval, name="tls")
+        certs.add((runtime.tls.cert_path, runtime.tls.key_path), runtime.tls.reload)
+        watchers.append(certs)
+    return watchers
+
+
+def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI:
+    """The ASGI app for one process; loads the config unless the caller already did."""
+    runtime = Runtime(settings, active or build_active(settings.config_path))
+    protocol.configure(settings.read_timeout, settings.max_connections)
+    if settings.namespace_labels:
+        runtime.namespaces = NamespaceLabels.from_kubeconfig(settings.kubeconfig)
+    if settings.dra_claims:
+        from gpuguard.kubeapi.client import connect
+        from gpuguard.webhook.server.claimwatch import start_shared_watch
+
+        start_shared_watch(connect(settings.kubeconfig).api)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # uvicorn has built this process's SSL context (TlsContextFactory) before lifespan starts.
+        runtime.tls = tls.process_tls() if settings.tls_cert else None
+        tasks = [asyncio.create_task(w.run(), name=f"gpuguard-reload-{w.name}")
+                 for w in _watchers(runtime, settings)]
+        _tune_gc()
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    app = FastAPI(title="gpuguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
+                  redirect_slashes=False)
+    app.state.runtime = runtime
+
+    @app.post("/mutate")
+    async def mutate(request: Request) -> Response:
+        return await handle_review(request, "mutate")
+
+    @app.post("/validate")
+    async def validate(request: Request) -> Response:
+        return await handle_review(request, "validate")
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return json_response(200, {"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        reasons = runtime.not_ready()
+        if reasons:
+            return json_response(503, {"status": "not ready", "reasons": reasons})
+        return json_response(200, {"status": "ready"})
+
+    @app.get("/metrics")
+    async def metrics_endpoint() -> Response:
+        content, content_type = metrics.render()
+        return Response(content=content, media_type=content_type)
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        status = exc.status_code
+        message = {404: f"no such path: {request.url.path}",
+                   405: f"method {request.method} not allowed on {request.url.path}"}.get(status, str(exc.detail))
+        response = json_response(status, {"error": message})
+        if exc.headers:
+            response.headers.update(exc.headers)  # Allow: POST on a 405
+        return response
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        logs.server_logger().error("unhandled error", extra={"path": request.url.path,
+                                                              **logs.exception_summary(exc)})
+        return json_response(500, {"error": f"internal error ({type(exc).__name__})"})
+
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_error)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn factory for ``--workers N``: each spawned worker rebuilds the app from the env."""
+    return create_app(ServeSettings.from_json(os.environ[SETTINGS_ENV]))

@@ -1,0 +1,239 @@
+"""``gpuguard serve``: check everything the server needs, then run it (FastAPI on uvicorn, HTTPS only).
+
+Every start-up problem — arguments, TLS files, the config, the listening address — is found
+here, before uvicorn starts, and reported as one ``gpuguard: error: …`` line with exit status
+2, never as a traceback.  The app itself is ``server.app``; one review is ``server.review``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import ssl
+import sys
+from typing import Any
+
+from gpuguard.webhook.server import filewatch, logs, tls
+from gpuguard.webhook.server.app import SETTINGS_ENV, create_app
+from gpuguard.webhook.server.namespaces import NamespaceLabels
+from gpuguard.webhook.server.state import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_READ_TIMEOUT,
+    Active,
+    ServeSettings,
+    build_active,
+)
+
+
+class StartupError(Exception):
+    """A problem the operator must fix before the server can start; printed without a traceback."""
+
+
+def _dev_certs(out_dir: str) -> tuple[str, str]:
+    """Reuse or issue a local CA and serving cert (127.0.0.1 SAN) in ``out_dir`` for local development."""
+    from gpuguard.certs import CertError, write_bundle
+    from gpuguard.certs.store import bundle_paths
+
+    paths = bundle_paths(out_dir)
+    if paths.tls_cert.exists() and paths.tls_key.exists():
+        return str(paths.tls_cert), str(paths.tls_key)
+    try:
+        paths = write_bundle(out_dir, "gpuguard", "gpuguard", ["127.0.0.1"], 30)
+    except (CertError, OSError) as exc:
+        raise StartupError(f"--dev-certs {out_dir}: {exc}") from None
+    logs.server_logger().info("issued development certificates",
+                              extra={"dir": out_dir, "ca": str(paths.ca_cert)})
+    return str(paths.tls_cert), str(paths.tls_key)
+
+
+def _readable(label: str, path: str) -> None:
+    if not os.path.isfile(path):
+        raise StartupError(f"{label} file not found: {path}")
+    if not os.access(path, os.R_OK):
+        raise StartupError(f"{label} file not readable: {path}")
+
+
+def _tls_paths(args: argparse.Namespace) -> tuple[str, str]:
+    """The serving pair, checked exactly as a hot reload would check a replacement."""
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise StartupError("--tls-cert and --tls-key go together: give both or neither")
+    if args.tls_cert:
+        cert, key = args.tls_cert, args.tls_key
+    elif args.dev_certs:
+        cert, key = _dev_certs(args.dev_certs)
+    else:
+        raise StartupError("--tls-cert FILE and --tls-key FILE are required (the apiserver only calls "
+                           "webhooks over HTTPS); for local development use --dev-certs DIR")
+    _readable("TLS certificate", cert)
+    _readable("TLS key", key)
+    if args.tls_ca:
+        _readable("TLS CA", args.tls_ca)
+    try:
+        trust = tls.TrustPolicy.from_files(args.tls_ca, tuple(args.tls_server_name or ()))
+        tls.check_pair(tls.TlsMaterial.read(cert, key), trust)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise StartupError(f"TLS certificate {cert} and key {key} are not a usable pair: {exc}") from None
+    return cert, key
+
+
+def _load(config_path: str | None) -> Active:
+    from gpuguard.webhook.config import ConfigError
+
+    try:
+        return build_active(config_path)
+    except ConfigError as exc:
+        problems = str(exc).splitlines()
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise StartupError(problems[0] + more) from None
+    except OSError as exc:
+        raise StartupError(f"{config_path}: {exc.strerror or exc}") from None
+
+
+def _check_kube_credentials(kubeconfig: str | None) -> None:
+    from gpuguard.kubeapi.client import KubeConfigError
+
+    try:
+        NamespaceLabels.from_kubeconfig(kubeconfig)
+    except KubeConfigError as exc:
+        raise StartupError(f"--namespace-labels/--dra-claims: {exc}") from None
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that a taken port is a one-line error, not uvicorn's exit 1."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise StartupError(f"--host {host}: {exc.strerror or exc}") from None
+    family, socktype, proto, _, address = infos[0]
+    sock = socket.socket(family, socktype, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    if args.workers < 1:
+        raise StartupError("--workers must be at least 1")
+    if args.read_timeout <= 0:
+        raise StartupError("--read-timeout must be more than 0 seconds")
+    if args.max_connections < 1:
+        raise StartupError("--max-connections must be at least 1")
+    if not 0 <= args.port <= 65535:
+        raise StartupError(f"--port {args.port} is not a TCP port")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gpuguard.webhook.server.protocol import GuardedHttpProtocol
+
+    logs.configure(args.log_level)
+    try:
+        _check_numbers(args)
+        cert, key = _tls_paths(args)
+        active = _load(args.config)
+        if args.namespace_labels or args.dra_claims:
+            _check_kube_credentials(args.kubeconfig)
+        sock = _bind(args.host, args.port)
+    except StartupError as exc:
+        logs.print_error(str(exc))
+        return 2
+    settings = ServeSettings(
+        config_path=args.config, tls_cert=cert, tls_key=key, tls_ca=args.tls_ca,
+        tls_server_names=tuple(args.tls_server_name or ()), host=args.host, port=args.port,
+        workers=args.workers, max_body_bytes=args.max_body_bytes, reload_interval=args.reload_interval,
+        shutdown_timeout=args.shutdown_timeout, keep_alive_timeout=args.keep_alive_timeout,
+        read_timeout=args.read_timeout, max_connections=args.max_connections,
+        log_level=args.log_level, namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
+        dra_claims=args.dra_claims,
+    )
+    common: dict[str, Any] = {
+        "host": settings.host, "port": settings.port,
+        "ssl_context_factory": tls.TlsContextFactory(cert, key, settings.tls_ca, settings.tls_server_names),
+        "log_config": logs.uvicorn_log_config(settings.log_level), "access_log": False,
+        "timeout_graceful_shutdown": settings.shutdown_timeout,
+        # Longer than the apiserver's idle-connection timeout (90 s): if the server closed first, a
+        # review sent on the dying connection would fail and trip failurePolicy.
+        "timeout_keep_alive": settings.keep_alive_timeout,
+        "http": GuardedHttpProtocol,
+        "server_header": False, "lifespan": "on",
+    }
+    if settings.workers == 1:
+        # The socket bound above is handed over as it is.  (Not as uvicorn's ``fd``: uvicorn takes an
+        # fd for a Unix socket, so TCP_NODELAY is never set and Nagle + delayed ACKs add ~40 ms.)
+        server = uvicorn.Server(uvicorn.Config(create_app(settings, active), **common))
+        server.run(sockets=[sock])
+        return 0 if server.started else 1
+    sock.close()  # the address was free a moment ago: uvicorn's supervisor binds it for the workers
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        logs.server_logger().warning("--workers > 1 without PROMETHEUS_MULTIPROC_DIR: /metrics shows one "
+                                     "worker's counters per scrape (see docs/server.md)")
+    os.environ[SETTINGS_ENV] = settings.to_json()
+    uvicorn.run("gpuguard.webhook.server.app:app_from_env", factory=True, workers=settings.workers, **common)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve", help="run the admission webhook server (HTTPS)",
+        description="Serve /mutate and /validate AdmissionReviews over HTTPS, with /healthz, /readyz and "
+                    "/metrics. The config file and the TLS cert/key are reloaded when they change.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="GpuguardConfig YAML (default: the built-in config)")
+    parser.add_argument("--tls-cert", metavar="FILE", help="serving certificate chain (PEM)")
+    parser.add_argument("--tls-key", metavar="FILE", help="serving private key (PEM)")
+    parser.add_argument("--tls-ca", metavar="FILE",
+                        help="CA the apiserver trusts (the caBundle): a certificate, at start or on reload, is "
+                             "used only if it chains to it")
+    parser.add_argument("--tls-server-name", action="append", metavar="HOST",
+                        help="host the certificate must name, e.g. gpuguard.gpuguard.svc (repeatable; default "
+                             "with --tls-ca: the names of the certificate in use at start)")
+    parser.add_argument("--dev-certs", metavar="DIR",
+                        help="without --tls-cert/--tls-key: issue (or reuse) a local CA and cert in DIR")
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8443, help="port to listen on (default: %(default)s)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes (default: 1; >1 needs PROMETHEUS_MULTIPROC_DIR for metrics)")
+    parser.add_argument("--max-body-bytes", type=int, metavar="N",
+                        help=f"413 for larger reviews (default: config, else {DEFAULT_MAX_BODY_BYTES})")
+    parser.add_argument("--reload-interval", type=float, default=filewatch.DEFAULT_INTERVAL, metavar="SECONDS",
+                        help="how often to check the config and TLS files for changes (default: %(default)s)")
+    parser.add_argument("--shutdown-timeout", type=int, default=20, metavar="SECONDS",
+                        help="on SIGTERM, wait this long for in-flight reviews (default: %(default)s)")
+    parser.add_argument("--keep-alive-timeout", type=int, default=100, metavar="SECONDS",
+                        help="idle keep-alive connection timeout (default: %(default)s)")
+    parser.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT, metavar="SECONDS",
+                        help="close a connection whose request line, headers and body take longer "
+                             "(default: %(default)s)")
+    parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+                        help="close connections beyond this many open ones, per worker (default: %(default)s)")
+    parser.add_argument("--namespace-labels", action="store_true",
+                        help="read namespace labels from the API (cached 60 s) for profiles that match by label; "
+                             "needs get on namespaces")
+    parser.add_argument("--dra-claims", action="store_true",
+                        help="watch DRA ResourceClaimTemplates/ResourceClaims (cached) to count the devices pods "
+                             "claim; needs list and watch on them")
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help="for --namespace-labels, --dra-claims, kubectl scale checks and TrainJob runtimes "
+                             "(default: $KUBECONFIG, in-cluster, then ~/.kube/config)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                        help="(default: %(default)s)")
+    parser.set_defaults(func=run_serve)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpuguard.webhook.server.command ARGS``: the serve command alone, without the other sub-commands."""
+    parser = argparse.ArgumentParser(prog="gpuguard serve")
+    register(parser.add_subparsers(dest="command"))
+    return run_serve(parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""Answering one AdmissionReview: body -> request -> engine -> response, per ``failureMode``.
+
+Shape of a review: refuse what is not plain JSON, read the body under a size cap, parse it
+with orjson and check its nesting depth, validate only the AdmissionReview envelope, refuse
+invalid resource quantities, hand the object (a plain dict) to ``Engine.evaluate`` and turn
+the Decision into an AdmissionReview response.  The engine's error path is for real bugs
+only: everything a user can put in an object is either judged or refused with a reason, and
+the apiserver never sees a 500 or a traceback from a review.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
+
+from gpuguard.webhook.decision import Decision, RequestContext
+from gpuguard.webhook.engine import prechecks
+from gpuguard.webhook.objects import ApiLookup, runtime_key
+from gpuguard.webhook.server import envelope, logs, metrics, scale
+from gpuguard.webhook.server.envelope import AdmissionRequest, ReviewError
+from gpuguard.webhook.server.state import Runtime
+
+_IDENTITY = ("", "identity")
+
+
+@dataclass
+class Outcome:
+    """What one review did, for the log line and the metrics."""
+
+    decision: str  # allowed | denied | error
+    policies: list[str] = dataclasses.field(default_factory=list)
+    mutated_by: list[str] = dataclasses.field(default_factory=list)
+    patch_ops: int = 0
+    skipped: str | None = None
+    error: str | None = None
+
+
+class ClientGone(Exception):
+    """The client closed the connection before the whole body arrived: nobody to answer."""
+
+
+def check_encoding(request: Request) -> None:
+    """415 for a compressed body: the apiserver sends plain JSON, and gpuguard never inflates."""
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding not in _IDENTITY:
+        raise ReviewError(415, f"Content-Encoding {encoding!r} is not supported; send the AdmissionReview "
+                               "as plain JSON")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, or ReviewError(413) past ``limit``; :class:`ClientGone` on disconnect.
+
+    An oversized body is still drained (up to 4x the limit) before the 413 goes out: a client
+    still writing when the server closes the connection sees a reset instead of the reason.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and not declared.isdigit():
+        raise ReviewError(400, "invalid Content-Length header")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size <= limit:
+                chunks.append(chunk)
+            elif size > 4 * limit:
+                break
+    except ClientDisconnect:
+        raise ClientGone(f"client disconnected after {size} of {declared or 'unknown'} body bytes") from None
+    if size > limit:
+        raise ReviewError(413, f"request body of {declared or 'more than ' + str(size)} bytes exceeds the "
+                               f"{limit}-byte limit (max body size)")
+    return b"".join(chunks)
+
+
+def context(req: AdmissionRequest, endpoint: str, labels: dict[str, str],
+            objects: ApiLookup | None = None) -> RequestContext:
+    return RequestContext(
+        operation=req.operation,
+        namespace=req.namespace,
+        namespace_labels=labels,
+        username=req.user_info.username,
+        groups=req.user_info.groups,
+        old_object=req.old_object if req.operation == "UPDATE" and isinstance(req.old_object, dict) else None,
+        mutate=endpoint == "mutate",
+        validate=endpoint == "validate",
+        lookup=objects.cached if objects is not None else None,
+    )
+
+
+def failure(runtime: Runtime, req: AdmissionRequest, reason: str) -> tuple[dict[str, Any], Outcome]:
+    """The engine could not decide: allow (failureMode open) or refuse (closed), saying why."""
+    what = req.kind.kind or "object"
+    if runtime.failure_open():
+        warning = f"gpuguard could not check this {what} ({reason}); allowed because failureMode is open"
+        return envelope.allow(req.uid, [warning]), Outcome("error", error=reason)
+    message = f"gpuguard could not check this {what}: {reason} (failureMode is closed)"
+    return envelope.deny(req.uid, 500, "InternalError", message), Outcome("error", error=reason)
+
+
+def skip_reason(endpoint: str, req: AdmissionRequest) -> str | None:
+    """Why the engine need not look at this request (it is allowed at once), or ``None``."""
+    if req.operation not in ("CREATE", "UPDATE"):
+        return f"operation {req.operation}"
+    if req.sub_resource == "scale" and endpoint == "validate" and scale.scalable_kind(req) is not None:
+        return None
+    if req.sub_resource:
+        return f"subresource {req.sub_resource}"
+    return None
+
+
+async def _as_workload_update(runtime: Runtime, req: AdmissionRequest) -> AdmissionRequest:
+    """A ``scale`` review becomes an UPDATE of the workload it scales (see ``gpuguard.webhook.server.scale``)."""
+    kind = scale.scalable_kind(req)
+    assert kind is not None
+    parent = await asyncio.to_thread(runtime.workloads.read, req)
+    return scale.as_workload_update(req, kind, parent)
+
+
+async def _prefetch(runtime: Runtime, req: AdmissionRequest) -> None:
+    """A TrainJob is judged with its runtime: read it (cached) before the engine, off the event loop."""
+    for obj in (req.object, req.old_object):
+        key = runtime_key(obj, req.namespace)
+        if key is not None:
+            await asyncio.to_thread(runtime.objects.fetch, key)
+
+
+def _invalid_quantities(runtime: Runtime, req: AdmissionRequest) -> list[prechecks.InvalidQuantity]:
+    """Bad quantities this request brings in (an UPDATE is not blamed for what it left unchanged)."""
+    config = runtime.active.config
+    if config.exemption(req.namespace, req.user_info.username, req.user_info.groups):
+        return []
+    found = prechecks.find(req.object)
+    if found and req.operation == "UPDATE" and isinstance(req.old_object, dict):
+        old = {(f.path, repr(f.value)) for f in prechecks.find(req.old_object)}
+        found = [f for f in found if (f.path, repr(f.value)) not in old]
+    return found
+
+
+def answer(runtime: Runtime, endpoint: str, req: AdmissionRequest,
+           labels: dict[str, str] | None = None) -> tuple[dict[str, Any], Outcome]:
+    """Decide one review: skip what gpuguard never judges, refuse bad quantities, else ask the engine."""
+    skip = skip_reason(endpoint, req)
+    if skip:
+        return envelope.allow(req.uid), Outcome("allowed", skipped=skip)
+    bad = _invalid_quantities(runtime, req)
+    if bad:
+        if not req.dry_run:
+            metrics.VIOLATIONS.labels(policy=prechecks.POLICY_ID, action="deny").inc()
+        message = prechecks.denial_message(req.kind.kind, bad)
+        return (envelope.deny(req.uid, 422, "Invalid", message),
+                Outcome("denied", policies=[prechecks.POLICY_ID]))
+    try:
+        # The object comes straight from orjson and is never modified: no defensive copy needed.
+        ctx = context(req, endpoint, labels or {}, runtime.objects)
+        decision: Decision = runtime.active.engine.evaluate(req.object, ctx, plain_json=True)
+    except Exception as exc:
+        logs.server_logger().error("engine raised; answering per failureMode",
+                                   extra={"uid": req.uid, **logs.exception_summary(exc)})
+        return failure(runtime, req, f"internal error ({type(exc).__name__})")
+    if decision.error:
+        return failure(runtime, req, decision.error)
+    review = envelope.from_decision(req.uid, req.kind.kind, decision, with_patch=endpoint == "mutate")
+    response = review["response"]
+    patched = "patch" in response
+    outcome = Outcome(
+        "allowed" if response["allowed"] else "denied",
+        policies=sorted({v.policy for v in decision.violations}),
+        mutated_by=list(decision.mutated_by) if patched else [],
+        patch_ops=len(decision.patch) if patched else 0,
+        skipped=decision.skipped,
+    )
+    if not req.dry_run:  # dry runs leave no trace in the violation counters
+        for v in decision.violations:
+            metrics.VIOLATIONS.labels(policy=v.policy, action=v.verdict).inc()
+    return review, outcome
+
+
+def json_response(status: int, body: Any) -> Response:
+    return Response(content=orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _refused(endpoint: str, status: int, reason: str) -> Response:
+    metrics.REJECTED.labels(endpoint=endpoint, code=str(status)).inc()
+    logs.server_logger().warning("bad admission request", extra={
+        "endpoint": endpoint, "status": status, "reason": reason})
+    return json_response(status, {"error": reason})
+
+
+async def handle_review(request: Request, endpoint: str) -> Response:
+    """The /mutate and /validate route: always an AdmissionReview or an ``{"error": …}`` answer."""
+    runtime: Runtime = request.app.state.runtime
+    started = time.perf_counter()
+    try:
+        check_encoding(request)
+        req = envelope.parse_review(await read_body(request, runtime.max_body_bytes()))
+    except ReviewError as exc:
+        return _refused(endpoint, exc.status, exc.reason)
+    except ClientGone as exc:
+        metrics.REJECTED.labels(endpoint=endpoint, code="disconnect").inc()
+        logs.server_logger().warning("client disconnected mid-request", extra={"endpoint": endpoint,
+                                                                               "reason": str(exc)})
+        return Response(status_code=400)  # never delivered: the connection is gone
+    skip = skip_reason(endpoint, req)
+    labels = await runtime.namespace_labels(req) if skip is None else {}
+    if skip is None and endpoint == "validate":
+        await _prefetch(runtime, req)
+    try:
+        judged = await _as_workload_update(runtime, req) if skip is None and req.sub_resource == "scale" else req
+    except scale.ScaleError as exc:
+        review, outcome = failure(runtime, req, str(exc))
+    else:
+        review, outcome = answer(runtime, endpoint, judged, labels)
+    body = orjson.dumps(review)
+    elapsed = time.perf_counter() - started
+    metrics.DURATION.labels(endpoint=endpoint).observe(elapsed)
+    metrics.REQUESTS.labels(endpoint=endpoint, kind=metrics.kind_label(req.kind.group, req.kind.version,
+                                                                        req.kind.kind),
+                            decision=outcome.decision).inc()
+    fields: dict[str, Any] = {
+        "endpoint": endpoint, "uid": req.uid, "kind": req.kind.kind, "namespace": req.namespace,
+        "name": req.object_name(), "operation": req.operation, "user": req.user_info.username,
+        "decision": outcome.decision, "policies": outcome.policies, "mutated_by": outcome.mutated_by,
+        "patch_ops": outcome.patch_ops, "latency_ms": round(elapsed * 1000, 3), "dry_run": req.dry_run,
+    }
+    if outcome.skipped:
+        fields["skipped"] = outcome.skipped
+    if outcome.error:
+        fields["error"] = outcome.error
+    logs.log_review(**fields)
+    return Response(content=body, media_type="application/json")

@@ -1,0 +1,136 @@
+"""Per-process server state: settings, the active config + engine, TLS state, readiness, reloads.
+
+The engine and its config live in one immutable :class:`Active` pair that a reload swaps in a
+single assignment, so a request never mixes an old config with a new engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import orjson
+
+from gpuguard.webhook.config import DEFAULT_MAX_BODY_BYTES
+from gpuguard.webhook.objects import ApiLookup
+from gpuguard.webhook.server import filewatch, logs, metrics, scale, tls
+from gpuguard.webhook.server.namespaces import NamespaceLabels, profiles_use_labels
+
+if TYPE_CHECKING:
+    from gpuguard.webhook.config import Config
+    from gpuguard.webhook.engine.core import Engine
+    from gpuguard.webhook.server.envelope import AdmissionRequest
+
+# The apiserver writes a whole review at once; 10 s covers a 3 MiB body on a slow link, and a
+# client that takes longer to send its request line, headers and body is dropped.
+DEFAULT_READ_TIMEOUT = 10.0
+# Each apiserver keeps a small pool of keep-alive connections; a thousand is far above any
+# real cluster's need and well below what exhausts the process's file descriptors.
+DEFAULT_MAX_CONNECTIONS = 1000
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What ``gpuguard serve`` was asked for; JSON-serialisable so spawned workers get it too."""
+
+    config_path: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None  # a replacement certificate must chain to this CA ...
+    tls_server_names: tuple[str, ...] = ()  # ... and name these hosts (default: the startup cert's)
+    host: str = "0.0.0.0"
+    port: int = 8443
+    workers: int = 1
+    max_body_bytes: int | None = None  # None: the config's value, else DEFAULT_MAX_BODY_BYTES
+    reload_interval: float = filewatch.DEFAULT_INTERVAL
+    shutdown_timeout: int = 20
+    keep_alive_timeout: int = 100
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    log_level: str = "info"
+    namespace_labels: bool = False  # look namespace labels up in the API (profiles may select by label)
+    kubeconfig: str | None = None
+    dra_claims: bool = False  # watch DRA claim templates and claims to count the devices pods claim
+
+    def to_json(self) -> str:
+        return orjson.dumps(dataclasses.asdict(self)).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeSettings:
+        data = orjson.loads(text)
+        data["tls_server_names"] = tuple(data.get("tls_server_names") or ())
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Active:
+    """The config and the engine built from it, swapped together on reload."""
+
+    config: Config
+    engine: Engine
+
+
+def build_active(config_path: str | None) -> Active:
+    """Load the config (``None``: the shipped default) and build its engine; ConfigError propagates."""
+    from gpuguard.webhook.config import load_config
+    from gpuguard.webhook.engine.core import Engine
+
+    config = load_config(config_path)
+    return Active(config, Engine(config))
+
+
+class Runtime:
+    """Per-process server state: the active engine, the TLS state, readiness."""
+
+    def __init__(self, settings: ServeSettings, active: Active) -> None:
+        self.settings = settings
+        self.active = active
+        self.tls: tls.TlsState | None = None
+        self.namespaces: NamespaceLabels | None = None
+        self.workloads = scale.WorkloadReader(settings.kubeconfig)  # what a `kubectl scale` scales
+        self.objects = ApiLookup(settings.kubeconfig)  # TrainJob runtimes, read before the engine
+
+    async def namespace_labels(self, req: AdmissionRequest) -> dict[str, str]:
+        if self.namespaces is None or not profiles_use_labels(self.active.config):
+            return {}
+        return await self.namespaces.get(req.namespace)
+
+    def max_body_bytes(self) -> int:
+        if self.settings.max_body_bytes:
+            return self.settings.max_body_bytes
+        configured = getattr(self.active.config, "max_body_bytes", None)
+        return configured if isinstance(configured, int) and configured > 0 else DEFAULT_MAX_BODY_BYTES
+
+    def failure_open(self) -> bool:
+        return getattr(self.active.config, "failure_mode", "closed") == "open"
+
+    def not_ready(self) -> list[str]:
+        """Why /readyz fails: TLS not loaded, the serving certificate expired, or it is close to
+        expiry while its replacement was refused (the config is loaded before the app exists)."""
+        if self.settings.tls_cert and self.tls is None:
+            return ["TLS certificate not loaded"]
+        if self.tls is not None:
+            return self.tls.problems()
+        return []
+
+    async def reload_config(self) -> None:
+        """Swap in the edited config; on any error keep the engine in force and say why."""
+        from gpuguard.webhook.config import ConfigError
+
+        log = logs.server_logger()
+        try:
+            active = await asyncio.to_thread(build_active, self.settings.config_path)
+        except ConfigError as exc:
+            metrics.CONFIG_RELOADS.labels(result="error").inc()
+            log.error("config not reloaded; the previous config stays in force", extra={"error": str(exc)})
+            return
+        except Exception as exc:
+            metrics.CONFIG_RELOADS.labels(result="error").inc()
+            log.error("config not reloaded; the previous config stays in force",
+                      extra=logs.exception_summary(exc))
+            return
+        self.active = active
+        metrics.CONFIG_RELOADS.labels(result="success").inc()
+        log.info("config reloaded", extra={"config": self.settings.config_path})

@@ -1,0 +1,1 @@
+"""The workload model: where every kind keeps its pod templates, and what they ask for."""
