@@ -281,11 +281,10 @@ def test_dev_overlay() -> None:
 def test_dockerfile_copies_every_package_pyproject_ships() -> None:
     import tomllib
 
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
-        "include"]
+    folders = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
     text = (ROOT / "Dockerfile").read_text()
-    for package in (p.rstrip("*") for p in packages):
-        assert f"COPY {package}/ {package}/" in text, f"the image would be built without {package}/"
+    for folder in folders:
+        assert f"COPY {folder}/ {folder}/" in text, f"the image would be built without {folder}/"
 
 
 def test_dockerfile_runs_gpuguard_as_non_root() -> None:
