@@ -1,0 +1,132 @@
+"""The GpuguardConfig file as written: pydantic models of its YAML keys, with their defaults.
+
+These models only say what a valid file looks like; turning one into what a request needs
+(merged profiles, per-policy settings, matchers) is ``compile``'s job.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from importlib.resources.abc import Traversable
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from gpuguard.policies.base import ConfigModel
+from gpuguard.webhook.custom.model import CustomPolicy
+from gpuguard.workloads.controllers import parse_group_kind
+
+# The shipped default, found as package data (pyproject's package-data ships it), so it is found
+# wherever the package is installed (site-packages, a zip, an editable checkout).
+DEFAULT_CONFIG_PATH: Traversable = importlib.resources.files("gpuguard.policies") / "default-config.yaml"
+CONFIG_KIND = "GpuguardConfig"
+# Largest AdmissionReview body read before answering 413: the apiserver itself refuses
+# requests over 3 MiB, so a review (object + oldObject) that is larger cannot be a real one.
+# The one default for the config key ``maxBodyBytes`` and ``gpuguard serve --max-body-bytes``.
+DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
+
+WorkloadClass = Literal["training", "inference", "batch-inference", "notebook", "smoke-test"]
+
+
+class WorkloadClasses(ConfigModel):
+    by_kind: dict[str, WorkloadClass] = Field(
+        default_factory=dict, description="Kind -> workload class, overriding the built-in defaults.")
+    allow_label_override: bool = Field(True, description="Let users declare the class with the label "
+                                       "gpuguard.io/workload-class; the workload-class policy keeps the "
+                                       "priority a declaration can reach within what the namespace allows.")
+
+
+class Exemptions(ConfigModel):
+    namespaces: list[str] = Field(default_factory=list, description="Namespace names or globs left untouched.")
+    users: list[str] = Field(default_factory=list, description="Requesting usernames left untouched.")
+    service_accounts: list[str] = Field(default_factory=list, description="namespace/name of requesting "
+                                        "service accounts left untouched.")
+    groups: list[str] = Field(default_factory=list, description="Requesting groups left untouched.")
+
+
+class ControllerEdge(ConfigModel):
+    owner: str = Field(description="GroupKind of the controlling owner, e.g. apps/ReplicaSet or Pod.")
+    kind: str = Field(description="GroupKind of the object the controller creates for it, e.g. Pod.")
+    mutate: bool = Field(False, description="Still mutate what it creates (only for controllers that compare "
+                         "nothing gpuguard adds, e.g. the Kubeflow Trainer's JobSets).")
+
+    @field_validator("owner", "kind")
+    @classmethod
+    def _group_kind(cls, value: str) -> str:
+        group, kind = parse_group_kind(value)
+        if not kind or not kind[0].isupper() or " " in value:
+            raise ValueError(f"{value!r} is not a GroupKind such as Pod, apps/ReplicaSet or batch/Job")
+        return value
+
+
+class TrustedController(ConfigModel):
+    users: list[str] = Field(default_factory=list, description="Usernames the controller sends requests as.")
+    service_accounts: list[str] = Field(default_factory=list, description="namespace/name of its service "
+                                        "accounts (the same as users system:serviceaccount:NS:NAME).")
+    creates: list[ControllerEdge] = Field(default_factory=list, description="Which kinds it creates for "
+                                          "which owner kinds.")
+
+    def usernames(self) -> list[str]:
+        return [*self.users, *("system:serviceaccount:" + sa.replace("/", ":", 1) for sa in self.service_accounts)]
+
+
+class ProfileMatch(ConfigModel):
+    namespaces: list[str] = Field(default_factory=list, description="Namespace names or globs.")
+    namespace_labels: dict[str, str] = Field(default_factory=dict, description="Labels the namespace must have.")
+
+
+class Profile(ConfigModel):
+    name: str
+    match: ProfileMatch
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class Cost(ConfigModel):
+    """Prices for ``gpuguard audit`` cost estimates: the one price table (docs/audit.md shows it).
+
+    Seed figures are public on-demand list prices (A100 about $3-5, H100 about $8-10 per
+    GPU-hour); the shipped config leaves ``cost`` out so these apply until an admin sets theirs.
+    """
+
+    gpu_hourly_usd: dict[str, float] = Field(
+        default_factory=lambda: {"nvidia.com/gpu": 4.0, "nvidia.com/gpu.shared": 1.0, "nvidia.com/mig-*": 1.0,
+                                 "amd.com/gpu": 3.0, "habana.ai/gaudi": 3.0, "aws.amazon.com/neuron*": 1.5,
+                                 "google.com/tpu": 4.0},
+        description="GPU resource (or glob) -> USD per GPU-hour, for audit cost estimates.")
+    product_hourly_usd: dict[str, float] = Field(
+        default_factory=lambda: {"*H100*": 9.0, "*A100*": 4.0, "*A100*40GB*": 3.0, "NVIDIA-L4": 0.8},
+        description="GPU product node-label value (or glob, case-insensitive; the longest match wins) -> USD "
+        "per GPU-hour; used when a workload pins a product.")
+
+
+class KServe(ConfigModel):
+    default_deployment_mode: Literal["Serverless", "Knative", "RawDeployment", "Standard"] = Field(
+        "Serverless", description="The cluster's KServe default deployment mode (inferenceservice-config); applies "
+        "to InferenceServices without the serving.kserve.io/deploymentMode annotation.")
+    knative_features: list[str] = Field(
+        default_factory=list, description="Knative config-features enabled on the cluster (e.g. "
+        "kubernetes.podspec-tolerations): gpuguard sets those pod fields on Knative-served templates.")
+
+
+class ConfigFile(ConfigModel):
+    api_version: str = "gpuguard.io/v1alpha1"
+    kind: Literal["GpuguardConfig"] = CONFIG_KIND
+    failure_mode: Literal["open", "closed"] = Field("open", description="Engine failure: allow with a "
+                                                    "warning (open) or deny (closed).")
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
+    accelerators: list[dict[str, Any]] = Field(
+        default_factory=list, description="Accelerator profiles, merged by name into the shipped ones "
+        "(docs/accelerators.md).")
+    workload_classes: WorkloadClasses = Field(default_factory=WorkloadClasses)
+    exemptions: Exemptions = Field(default_factory=Exemptions)
+    trust_controller_pods: bool = Field(True, description="Do not validate again what a trusted controller "
+                                        "creates from a template gpuguard checked (it is never mutated).")
+    trusted_controllers: dict[str, TrustedController] = Field(
+        default_factory=dict, description="Controllers by name, merged over the built-in table "
+        "(workloads/controllers.py): an entry replaces the built-in one of the same name; users: [] disables it.")
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    profiles: list[Profile] = Field(default_factory=list)
+    cost: Cost = Field(default_factory=Cost)
+    kserve: KServe = Field(default_factory=KServe)
+    # Admins' own CEL rules (webhook/custom/, docs/custom-policies.md).
+    custom_policies: list[CustomPolicy] = Field(default_factory=list)
