@@ -331,7 +331,7 @@ def fixed_rate(cp: Any, rate: float, seconds: float, clients: int, ns: str) -> d
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one long benchmark script, read top to bottom
     parser = argparse.ArgumentParser(description="gpuguard vs Kyverno vs MAP+VAP through a real kube-apiserver")
     parser.add_argument("-n", type=int, default=500, help="creates per scenario and kind (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: %(default)s)")
@@ -484,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def render(stats: dict[str, dict[str, float]], ph: dict[str, dict[str, float | None]],
+def render(stats: dict[str, dict[str, float]], ph: dict[str, dict[str, float | None]],  # noqa: PLR0913
            cpu_per_1000: dict[str, dict[str, float]], mem: dict[str, dict[str, float]], loads: list[dict[str, Any]],
            kinds: list[str], scenarios: list[str], n: int, rounds: int, server_side: dict[str, list[float]],
            kyv_ms: dict[str, float], reviews: dict[str, dict[str, float]]) -> str:

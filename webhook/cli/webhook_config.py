@@ -108,7 +108,7 @@ def _validate(url: str | None, service: tuple[str, str] | None, port: int, failu
         raise WebhookConfigError(f"--namespace {namespace!r} is not a valid namespace name")
 
 
-def build_webhook_configurations(
+def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
     *,
     url: str | None = None,
     service: tuple[str, str] | None = None,

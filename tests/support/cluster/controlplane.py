@@ -319,7 +319,7 @@ class ControlPlane:
     and raises :class:`ControlPlaneError` with the log tails and ``logs_dir``.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only options
         self,
         workdir: str | os.PathLike[str] | None = None,
         *,
