@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.resources
 from importlib.resources.abc import Traversable
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, field_validator
 
@@ -19,7 +19,7 @@ from gpuguard.workloads.controllers import parse_group_kind
 # The shipped default, found as package data (pyproject's package-data ships it), so it is found
 # wherever the package is installed (site-packages, a zip, an editable checkout).
 DEFAULT_CONFIG_PATH: Traversable = importlib.resources.files("gpuguard.policies") / "default-config.yaml"
-CONFIG_KIND = "GpuguardConfig"
+CONFIG_KIND: Final = "GpuguardConfig"
 # Largest AdmissionReview body read before answering 413: the apiserver itself refuses
 # requests over 3 MiB, so a review (object + oldObject) that is larger cannot be a real one.
 # The one default for the config key ``maxBodyBytes`` and ``gpuguard serve --max-body-bytes``.
