@@ -88,14 +88,14 @@ def quiet_logging() -> Iterator[None]:
         yield
 
 
-def request_path(runtime: Any, body: bytes) -> Callable[[], bytes]:
+def request_path(server: Any, body: bytes) -> Callable[[], bytes]:
     """``handle_review`` minus the socket: parse, answer, serialise, metrics and the log line."""
     from gpuguard.webhook.server import envelope, logs, metrics, review
 
     def run() -> bytes:
         started = time.perf_counter()
         req = envelope.parse_review(body)
-        answer, outcome = review.answer(runtime, "mutate", req, {})
+        answer, outcome = review.answer(server, "mutate", req, {})
         out = orjson.dumps(answer)
         elapsed = time.perf_counter() - started
         metrics.DURATION.labels(endpoint="mutate").observe(elapsed)
@@ -243,14 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     from gpuguard.webhook.config import load_config, parse_config_text
     from gpuguard.webhook.engine.core import Engine
     from gpuguard.webhook.server import envelope
-    from gpuguard.webhook.server.state import Active, Runtime, ServeSettings
+    from gpuguard.webhook.server.state import Active, ServerState, ServeSettings
 
     busy = cpu_busy_elsewhere(0.5)
     bodies = ensure_bodies()
     config = load_config(None)
     engine = Engine(config)
     off_engine = Engine(parse_config_text(all_off_config_text(), "all-off"))
-    runtime = Runtime(ServeSettings(), Active(config, engine))
+    server = ServerState(ServeSettings(), Active(config, engine))
     mctx, vctx = contexts()
     # Call the engine as the webhook does: its parsed JSON body may serve as the diff's "before" side.
     webhook_kw = {"plain_json": True} if "plain_json" in inspect.signature(engine.evaluate).parameters else {}
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                 "create": lambda m=mobj, v=vobj: (engine.evaluate(m, mctx, **webhook_kw),
                                                   engine.evaluate(v, vctx, **webhook_kw)),
                 "allow-all": lambda o=mobj: off_engine.evaluate(o, mctx, **webhook_kw),
-                "request": request_path(runtime, mbody),
+                "request": request_path(server, mbody),
             }
             timings = {case: per_call_us(fn, repeat, min_time) for case, fn in cases.items()}
             decision = engine.evaluate(mobj, mctx)

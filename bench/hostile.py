@@ -42,10 +42,10 @@ def main() -> int:
     from gpuguard.webhook.server import envelope
     from gpuguard.webhook.server.envelope import ReviewError
     from gpuguard.webhook.server.review import answer
-    from gpuguard.webhook.server.state import Active, Runtime, ServeSettings
+    from gpuguard.webhook.server.state import Active, ServerState, ServeSettings
 
     config = load_config(None)
-    runtime = Runtime(ServeSettings(), Active(config, Engine(config)))
+    server = ServerState(ServeSettings(), Active(config, Engine(config)))
     deep_obj = job(1)
     deep_obj["metadata"]["annotations"] = "DEEP"
     cases = {"GPU quantity 1e800000": body(job("1e800000")), "GPU quantity 1e5000": body(job("1e5000")),
@@ -58,7 +58,7 @@ def main() -> int:
         for _ in range(50):
             started = time.perf_counter()
             try:
-                review, _ = answer(runtime, "mutate", envelope.parse_review(raw), {})
+                review, _ = answer(server, "mutate", envelope.parse_review(raw), {})
                 outcome = "denied 422" if not review["response"]["allowed"] else "allowed"
             except ReviewError as exc:
                 outcome = f"HTTP {exc.status}"

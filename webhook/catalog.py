@@ -20,6 +20,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticUndefined
 
 from gpuguard.policies import REGISTRY, Policy
+from gpuguard.webhook.engine import prechecks
 
 _ACTION_HELP = ("enforce: deny (validating) or apply (mutating); warn: allow with a kubectl warning; "
                 "audit: allow, record only; off: skip")
@@ -122,6 +123,16 @@ def _info(policy: Policy) -> PolicyInfo:
     )
 
 
+# The engine's own check before any policy (not a policy: no action or setting turns it off).
+ENGINE_CHECK = PolicyInfo(
+    id=prechecks.POLICY_ID, title=prechecks.TITLE, phase="validating", default_action="enforce",
+    description="Denies objects whose resource quantities (requests, limits, overhead, emptyDir sizeLimit) "
+                "are not numbers Kubernetes accepts or are out of range; always on, before every policy.",
+    rationale="A quantity no policy can read would be taken as missing, and an object asking for "
+              "\"1e800000\" GPUs would pass as asking for none.",
+    example="", settings=())
+
+
 def load_catalog(config: Any = None) -> dict[str, PolicyInfo]:
     """Every registered policy, in engine order, then the custom rules of ``config`` (a loaded Config) if given.
 
@@ -129,6 +140,7 @@ def load_catalog(config: Any = None) -> dict[str, PolicyInfo]:
     PolicyReport categories, table rows) instead of as bare ids.
     """
     catalog = {pid: _info(policy) for pid, policy in REGISTRY.items()}
+    catalog[prechecks.POLICY_ID] = ENGINE_CHECK
     custom = getattr(config, "custom", None)
     for rule in getattr(custom, "rules", {}).values():
         spec = rule.policy

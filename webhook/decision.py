@@ -78,6 +78,9 @@ class Decision:
     gpus_by_resource: dict[str, int] = field(default_factory=dict)
     skipped: str | None = None  # why the engine did not look (unknown kind, exempt namespace ...)
     error: str | None = None  # the engine could not read the object (see failureMode)
+    # The object itself is malformed (a quantity no policy can read): the webhook answers 422
+    # Invalid, as the apiserver does for malformed objects, rather than 403 for a policy's denial.
+    invalid: bool = False
 
     @property
     def denials(self) -> list[Violation]:

@@ -5,7 +5,8 @@ The webhook's /mutate and /validate, ``gpuguard evaluate`` and ``gpuguard audit`
 
 1. copy the object once (an orjson round trip: ~10x faster than ``copy.deepcopy``, and it
    normalises YAML-only types such as dates, so before and after compare as JSON);
-2. skip unknown kinds and exempt requests; leave alone what a trusted controller made from a
+2. skip unknown kinds and exempt requests; refuse resource quantities no policy could read
+   (``gpuguard.webhook.engine.prechecks``); leave alone what a trusted controller made from a
    template gpuguard already checked (``gpuguard.workloads.controllers``: decided by the requester's
    identity and the owner kind together, never by content alone);
 3. run the mutating policies on the copy (CREATE and UPDATE; on UPDATE immutable fields keep the
@@ -31,6 +32,7 @@ from gpuguard.policies.base import Finding, MutatingPolicy, PolicySettings
 from gpuguard.webhook.config import Config, PolicySet
 from gpuguard.webhook.custom import evaluate as custom_rules
 from gpuguard.webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violation
+from gpuguard.webhook.engine import prechecks
 from gpuguard.webhook.engine.patch import make_patch
 from gpuguard.webhook.engine.update import keep_immutable, subject
 from gpuguard.workloads import kinds, knative
@@ -118,6 +120,9 @@ class Engine:
         if exempt:
             decision.skipped = exempt
             return decision
+        invalid = prechecks.new_findings(obj, ctx.old_object if ctx.operation == "UPDATE" else None)
+        if invalid:
+            return self._refuse_invalid(decision, invalid)
         if kind.runtime is not None:
             return self._evaluate_through_runtime(decision, kind, obj, ctx)
         origin = self.config.controllers.origin(obj, ctx.username) if ctx.username else None
@@ -185,6 +190,15 @@ class Engine:
         if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
             decision.violations = self._new_in_update(decision.violations, ctx)
         decision.allowed = not decision.denials
+        return decision
+
+    @staticmethod
+    def _refuse_invalid(decision: Decision, found: list[prechecks.InvalidQuantity]) -> Decision:
+        """Bad quantities are denied whatever the config says: no policy after this could judge the object."""
+        decision.violations = [Violation(policy=prechecks.POLICY_ID, verdict="deny", path=f.where,
+                                         message=f.problem, fix=prechecks.FIX, subject=f.where) for f in found]
+        decision.allowed = False
+        decision.invalid = True
         return decision
 
     def _fail(self, decision: Decision, reason: str) -> Decision:

@@ -1,12 +1,13 @@
-"""The invalid-quantity finding: resource quantities in an object that are not usable numbers.
+"""The invalid-quantity check: resource quantities in an object that are not usable numbers.
 
 ``gpuguard.workloads.quantity.parse`` turns a malformed or out-of-range quantity into ``None`` so that no
 policy can raise on it — but a GPU limit of ``"1e800000"`` read as "missing" would let the
-object through as if it asked for no GPU at all.  So before the engine looks at an object,
-the server asks :func:`find` for every quantity the policies read (container requests and
-limits, pod overhead and pod-level resources, emptyDir size limits) in every pod template
-of a kind gpuguard checks, and denies the object with one clear line per bad value.  The
-engine or the audit CLI can call the same hook.
+object through as if it asked for no GPU at all.  So before any policy looks at an object,
+the engine asks :func:`new_findings` for every quantity the policies read (container requests
+and limits, pod overhead and pod-level resources, emptyDir size limits) in every pod template
+of a kind gpuguard checks, and denies the object with one violation per bad value.  It is an
+engine step, not a policy: no action or setting can turn it off, since nothing after it could
+judge the object.  Every shell (webhook, evaluate, audit, test, fix) gets it from the engine.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from gpuguard.workloads import kinds, quantity
 from gpuguard.workloads.paths import Path
 
 POLICY_ID = "invalid-quantity"
+TITLE = "Resource quantities are numbers Kubernetes can use"
+FIX = "write a quantity Kubernetes accepts, such as 1, 500m, 16Gi or 100M"
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 MAX_FINDINGS = 20  # enough to fix the object; a hostile one with thousands gets a bounded answer
 
@@ -32,10 +35,14 @@ class InvalidQuantity:
     reason: str
 
     @property
-    def text(self) -> str:
+    def where(self) -> str:
+        return _dotted(self.path)
+
+    @property
+    def problem(self) -> str:
         shown = f'"{self.value[:40]}{"…" if len(self.value) > 40 else ""}"' if isinstance(self.value, str) \
             else repr(self.value)[:40]
-        return f"[{POLICY_ID}] {_dotted(self.path)}: {shown} is not a usable quantity: {self.reason}"
+        return f"{shown} is not a usable quantity: {self.reason}"
 
 
 def _dotted(path: Path) -> str:
@@ -102,8 +109,10 @@ def find(obj: Any) -> list[InvalidQuantity]:
     return found
 
 
-def denial_message(kind: str, found: list[InvalidQuantity]) -> str:
-    """The message the user sees: one line per bad value, like the policy denials."""
-    header = f"gpuguard denied this {kind or 'object'}: {len(found)} invalid resource quantit" \
-             f"{'y' if len(found) == 1 else 'ies'}"
-    return "\n".join([header, *(f.text for f in found)])
+def new_findings(obj: Any, old_object: Any = None) -> list[InvalidQuantity]:
+    """The bad quantities ``obj`` brings in: on an UPDATE (``old_object``) not those it left unchanged."""
+    found = find(obj)
+    if found and isinstance(old_object, dict):
+        old = {(f.path, repr(f.value)) for f in find(old_object)}
+        found = [f for f in found if (f.path, repr(f.value)) not in old]
+    return found

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from gpuguard.webhook.server import filewatch, logs, metrics, protocol, tls
 from gpuguard.webhook.server.namespaces import NamespaceLabels
 from gpuguard.webhook.server.review import handle_review, json_response
-from gpuguard.webhook.server.state import Active, Runtime, ServeSettings, build_active
+from gpuguard.webhook.server.state import Active, ServerState, ServeSettings, build_active
 
 SETTINGS_ENV = "GPUGUARD_SERVE_SETTINGS"
 
@@ -39,26 +39,26 @@ def _tune_gc() -> None:
     gc.set_threshold(10_000, 20, 50)
 
 
-def _watchers(runtime: Runtime, settings: ServeSettings) -> list[filewatch.Watcher]:
+def _watchers(server: ServerState, settings: ServeSettings) -> list[filewatch.Watcher]:
     """One watcher per file group: a slow config reload can't delay a certificate reload."""
     watchers = []
     if settings.config_path:
         config = filewatch.Watcher(settings.reload_interval, name="config")
-        config.add((settings.config_path,), runtime.reload_config)
+        config.add((settings.config_path,), server.reload_config)
         watchers.append(config)
-    if runtime.tls is not None:
+    if server.tls is not None:
         certs = filewatch.Watcher(settings.reload_interval, name="tls")
-        certs.add((runtime.tls.cert_path, runtime.tls.key_path), runtime.tls.reload)
+        certs.add((server.tls.cert_path, server.tls.key_path), server.tls.reload)
         watchers.append(certs)
     return watchers
 
 
 def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI:
     """The ASGI app for one process; loads the config unless the caller already did."""
-    runtime = Runtime(settings, active or build_active(settings.config_path))
+    server = ServerState(settings, active or build_active(settings.config_path))
     protocol.configure(settings.read_timeout, settings.max_connections)
     if settings.namespace_labels:
-        runtime.namespaces = NamespaceLabels.from_kubeconfig(settings.kubeconfig)
+        server.namespaces = NamespaceLabels.from_kubeconfig(settings.kubeconfig)
     if settings.dra_claims:
         from gpuguard.kubeapi.client import connect
         from gpuguard.webhook.server.claimwatch import start_shared_watch
@@ -68,9 +68,9 @@ def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # uvicorn has built this process's SSL context (TlsContextFactory) before lifespan starts.
-        runtime.tls = tls.process_tls() if settings.tls_cert else None
+        server.tls = tls.process_tls() if settings.tls_cert else None
         tasks = [asyncio.create_task(w.run(), name=f"gpuguard-reload-{w.name}")
-                 for w in _watchers(runtime, settings)]
+                 for w in _watchers(server, settings)]
         _tune_gc()
         try:
             yield
@@ -83,7 +83,7 @@ def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI
 
     app = FastAPI(title="gpuguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
                   redirect_slashes=False)
-    app.state.runtime = runtime
+    app.state.server = server
 
     @app.post("/mutate")
     async def mutate(request: Request) -> Response:
@@ -99,7 +99,7 @@ def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        reasons = runtime.not_ready()
+        reasons = server.not_ready()
         if reasons:
             return json_response(503, {"status": "not ready", "reasons": reasons})
         return json_response(200, {"status": "ready"})

@@ -255,7 +255,8 @@ def from_decision(uid: str, kind: str, decision: Decision, *, with_patch: bool) 
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(orjson.dumps(decision.patch)).decode("ascii")
     if not allowed:
-        response["status"] = {"status": "Failure", "code": 403, "reason": "Forbidden",
+        code, reason = (422, "Invalid") if decision.invalid else (403, "Forbidden")
+        response["status"] = {"status": "Failure", "code": code, "reason": reason,
                               "message": denial_message(kind, denials)}
     if decision.warnings:
         response["warnings"] = cap_warnings([warning_text(v) for v in decision.warnings])

@@ -22,11 +22,10 @@ from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from gpuguard.webhook.decision import Decision, RequestContext
-from gpuguard.webhook.engine import prechecks
 from gpuguard.webhook.objects import ApiLookup, runtime_key
 from gpuguard.webhook.server import envelope, logs, metrics, scale
 from gpuguard.webhook.server.envelope import AdmissionRequest, ReviewError
-from gpuguard.webhook.server.state import Runtime
+from gpuguard.webhook.server.state import ServerState
 
 _IDENTITY = ("", "identity")
 
@@ -96,10 +95,10 @@ def context(req: AdmissionRequest, endpoint: str, labels: dict[str, str],
     )
 
 
-def failure(runtime: Runtime, req: AdmissionRequest, reason: str) -> tuple[dict[str, Any], Outcome]:
+def failure(server: ServerState, req: AdmissionRequest, reason: str) -> tuple[dict[str, Any], Outcome]:
     """The engine could not decide: allow (failureMode open) or refuse (closed), saying why."""
     what = req.kind.kind or "object"
-    if runtime.failure_open():
+    if server.failure_open():
         warning = f"gpuguard could not check this {what} ({reason}); allowed because failureMode is open"
         return envelope.allow(req.uid, [warning]), Outcome("error", error=reason)
     message = f"gpuguard could not check this {what}: {reason} (failureMode is closed)"
@@ -117,57 +116,39 @@ def skip_reason(endpoint: str, req: AdmissionRequest) -> str | None:
     return None
 
 
-async def _as_workload_update(runtime: Runtime, req: AdmissionRequest) -> AdmissionRequest:
+async def _as_workload_update(server: ServerState, req: AdmissionRequest) -> AdmissionRequest:
     """A ``scale`` review becomes an UPDATE of the workload it scales (see ``gpuguard.webhook.server.scale``)."""
     kind = scale.scalable_kind(req)
     assert kind is not None
-    parent = await asyncio.to_thread(runtime.workloads.read, req)
+    parent = await asyncio.to_thread(server.workloads.read, req)
     return scale.as_workload_update(req, kind, parent)
 
 
-async def _prefetch(runtime: Runtime, req: AdmissionRequest) -> None:
+async def _prefetch(server: ServerState, req: AdmissionRequest) -> None:
     """A TrainJob is judged with its runtime: read it (cached) before the engine, off the event loop."""
     for obj in (req.object, req.old_object):
         key = runtime_key(obj, req.namespace)
         if key is not None:
-            await asyncio.to_thread(runtime.objects.fetch, key)
+            await asyncio.to_thread(server.objects.fetch, key)
 
 
-def _invalid_quantities(runtime: Runtime, req: AdmissionRequest) -> list[prechecks.InvalidQuantity]:
-    """Bad quantities this request brings in (an UPDATE is not blamed for what it left unchanged)."""
-    config = runtime.active.config
-    if config.exemption(req.namespace, req.user_info.username, req.user_info.groups):
-        return []
-    found = prechecks.find(req.object)
-    if found and req.operation == "UPDATE" and isinstance(req.old_object, dict):
-        old = {(f.path, repr(f.value)) for f in prechecks.find(req.old_object)}
-        found = [f for f in found if (f.path, repr(f.value)) not in old]
-    return found
-
-
-def answer(runtime: Runtime, endpoint: str, req: AdmissionRequest,
+def answer(server: ServerState, endpoint: str, req: AdmissionRequest,
            labels: dict[str, str] | None = None) -> tuple[dict[str, Any], Outcome]:
-    """Decide one review: skip what gpuguard never judges, refuse bad quantities, else ask the engine."""
-    skip = skip_reason(endpoint, req)
-    if skip:
-        return envelope.allow(req.uid), Outcome("allowed", skipped=skip)
-    bad = _invalid_quantities(runtime, req)
-    if bad:
-        if not req.dry_run:
-            metrics.VIOLATIONS.labels(policy=prechecks.POLICY_ID, action="deny").inc()
-        message = prechecks.denial_message(req.kind.kind, bad)
-        return (envelope.deny(req.uid, 422, "Invalid", message),
-                Outcome("denied", policies=[prechecks.POLICY_ID]))
+    """Ask the engine about one review that reaches it (``skip_reason`` found nothing to skip) and answer it.
+
+    Every decision about the object — exemptions, unknown kinds, invalid quantities, policies —
+    is the engine's, the same for every shell; only envelope faults are the server's.
+    """
     try:
         # The object comes straight from orjson and is never modified: no defensive copy needed.
-        ctx = context(req, endpoint, labels or {}, runtime.objects)
-        decision: Decision = runtime.active.engine.evaluate(req.object, ctx, plain_json=True)
+        ctx = context(req, endpoint, labels or {}, server.objects)
+        decision: Decision = server.active.engine.evaluate(req.object, ctx, plain_json=True)
     except Exception as exc:
         logs.server_logger().error("engine raised; answering per failureMode",
                                    extra={"uid": req.uid, **logs.exception_summary(exc)})
-        return failure(runtime, req, f"internal error ({type(exc).__name__})")
+        return failure(server, req, f"internal error ({type(exc).__name__})")
     if decision.error:
-        return failure(runtime, req, decision.error)
+        return failure(server, req, decision.error)
     review = envelope.from_decision(req.uid, req.kind.kind, decision, with_patch=endpoint == "mutate")
     response = review["response"]
     patched = "patch" in response
@@ -184,6 +165,18 @@ def answer(runtime: Runtime, endpoint: str, req: AdmissionRequest,
     return review, outcome
 
 
+async def _judge(server: ServerState, endpoint: str, req: AdmissionRequest) -> tuple[dict[str, Any], Outcome]:
+    """Gather what the engine reads (namespace labels, a runtime, a scaled workload) off the event loop, then answer."""
+    labels = await server.namespace_labels(req)
+    if endpoint == "validate":
+        await _prefetch(server, req)
+    try:
+        judged = await _as_workload_update(server, req) if req.sub_resource == "scale" else req
+    except scale.ScaleError as exc:
+        return failure(server, req, str(exc))
+    return answer(server, endpoint, judged, labels)
+
+
 def json_response(status: int, body: Any) -> Response:
     return Response(content=orjson.dumps(body), status_code=status, media_type="application/json")
 
@@ -197,11 +190,11 @@ def _refused(endpoint: str, status: int, reason: str) -> Response:
 
 async def handle_review(request: Request, endpoint: str) -> Response:
     """The /mutate and /validate route: always an AdmissionReview or an ``{"error": …}`` answer."""
-    runtime: Runtime = request.app.state.runtime
+    server: ServerState = request.app.state.server
     started = time.perf_counter()
     try:
         check_encoding(request)
-        req = envelope.parse_review(await read_body(request, runtime.max_body_bytes()))
+        req = envelope.parse_review(await read_body(request, server.max_body_bytes()))
     except ReviewError as exc:
         return _refused(endpoint, exc.status, exc.reason)
     except ClientGone as exc:
@@ -210,15 +203,10 @@ async def handle_review(request: Request, endpoint: str) -> Response:
                                                                                "reason": str(exc)})
         return Response(status_code=400)  # never delivered: the connection is gone
     skip = skip_reason(endpoint, req)
-    labels = await runtime.namespace_labels(req) if skip is None else {}
-    if skip is None and endpoint == "validate":
-        await _prefetch(runtime, req)
-    try:
-        judged = await _as_workload_update(runtime, req) if skip is None and req.sub_resource == "scale" else req
-    except scale.ScaleError as exc:
-        review, outcome = failure(runtime, req, str(exc))
+    if skip is not None:
+        review, outcome = envelope.allow(req.uid), Outcome("allowed", skipped=skip)
     else:
-        review, outcome = answer(runtime, endpoint, judged, labels)
+        review, outcome = await _judge(server, endpoint, req)
     body = orjson.dumps(review)
     elapsed = time.perf_counter() - started
     metrics.DURATION.labels(endpoint=endpoint).observe(elapsed)

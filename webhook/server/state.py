@@ -81,7 +81,7 @@ def build_active(config_path: str | None) -> Active:
     return Active(config, Engine(config))
 
 
-class Runtime:
+class ServerState:
     """Per-process server state: the active engine, the TLS state, readiness."""
 
     def __init__(self, settings: ServeSettings, active: Active) -> None:

@@ -6,7 +6,11 @@ from decimal import Decimal
 
 import pytest
 
+from gpuguard.policies import REGISTRY
+from gpuguard.webhook.config import load_config, parse_config_text
+from gpuguard.webhook.decision import RequestContext
 from gpuguard.webhook.engine import prechecks
+from gpuguard.webhook.engine.core import Engine
 from gpuguard.workloads import quantity
 
 
@@ -52,9 +56,33 @@ def test_finding_lists_every_bad_value_with_its_path():
     assert [prechecks._dotted(f.path) for f in found] == [
         "spec.containers[0].resources.limits[nvidia.com/gpu]", "spec.initContainers[0].resources.requests.memory",
         "spec.overhead.cpu", "spec.volumes[0].emptyDir.sizeLimit"]
-    message = prechecks.denial_message("Pod", found)
-    assert message.startswith("gpuguard denied this Pod: 4 invalid resource quantities")
-    assert '"1e800000" is not a usable quantity: exponent out of range' in message
+    assert found[0].problem == '"1e800000" is not a usable quantity: exponent out of range'
+
+
+def test_the_engine_denies_bad_quantities_before_any_policy_whatever_the_config():
+    """An engine step, not a policy: even with every policy off, nothing after it could judge the object."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {
+        "containers": [{"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1e800000"}}}]}}
+    all_off = "\n".join(f"  {pid}: {{action: off}}" for pid in REGISTRY)
+    config = parse_config_text(f"kind: GpuguardConfig\nfailureMode: open\npolicies:\n{all_off}\n")
+    decision = Engine(config).evaluate(pod)
+    assert decision.allowed is False and decision.invalid and decision.error is None and decision.patch == []
+    (violation,) = decision.violations
+    assert (violation.policy, violation.verdict) == ("invalid-quantity", "deny")
+    assert violation.path == "spec.containers[0].resources.limits[nvidia.com/gpu]"
+    assert violation.text.startswith('[invalid-quantity] spec.containers[0].resources.limits[nvidia.com/gpu]: '
+                                     '"1e800000" is not a usable quantity')
+
+
+def test_an_update_is_judged_only_for_the_bad_quantities_it_brings():
+    old = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {
+        "containers": [{"name": "a", "resources": {"limits": {"cpu": "NaN"}}}]}}
+    new = {**old, "metadata": {"name": "p", "labels": {"touched": "yes"}}}
+    engine = Engine(load_config(None))
+    kept = engine.evaluate(new, RequestContext(operation="UPDATE", old_object=old))
+    assert not any(v.policy == "invalid-quantity" for v in kept.violations)
+    created = engine.evaluate(new, RequestContext(operation="CREATE"))
+    assert [v.policy for v in created.violations] == ["invalid-quantity"]
 
 
 def test_finding_walks_every_template_of_a_crd():

@@ -175,8 +175,8 @@ class _BrokenEngine:
 @pytest.mark.parametrize(("config", "allowed"), [(OPEN, True), (CLOSED, False)])
 def test_an_engine_bug_is_answered_per_failure_mode_without_a_traceback(config, allowed, caplog):
     app = make_app(config)
-    runtime = app.state.runtime
-    runtime.active = type(runtime.active)(runtime.active.config, _BrokenEngine())
+    server = app.state.server
+    server.active = type(server.active)(server.active.config, _BrokenEngine())
     client = AsgiClient(app)
     try:
         sent = review(gpu_job())

@@ -12,7 +12,7 @@ from gpuguard.webhook.engine.core import Engine
 from gpuguard.webhook.server.envelope import parse_review
 from gpuguard.webhook.server.namespaces import NamespaceLabels
 from gpuguard.webhook.server.review import answer
-from gpuguard.webhook.server.state import Active, Runtime, ServeSettings
+from gpuguard.webhook.server.state import Active, ServerState, ServeSettings
 from tests.support.server import gpu_job, review
 
 CONFIG = """\
@@ -65,17 +65,17 @@ def test_lookups_are_cached_and_survive_api_errors() -> None:
     asyncio.run(run())
 
 
-def _runtime(api: FakeCoreV1 | None) -> Runtime:
+def _runtime(api: FakeCoreV1 | None) -> ServerState:
     config = parse_config_text(CONFIG, "test.yaml")
-    runtime = Runtime(ServeSettings(), Active(config, Engine(config)))
-    runtime.namespaces = NamespaceLabels(api) if api else None
-    return runtime
+    server = ServerState(ServeSettings(), Active(config, Engine(config)))
+    server.namespaces = NamespaceLabels(api) if api else None
+    return server
 
 
-def _validate(runtime: Runtime) -> dict:
+def _validate(server: ServerState) -> dict:
     req = parse_review(orjson.dumps(review(gpu_job())))  # namespace "ml"
-    labels = asyncio.run(runtime.namespace_labels(req))
-    body, _ = answer(runtime, "validate", req, labels)
+    labels = asyncio.run(server.namespace_labels(req))
+    body, _ = answer(server, "validate", req, labels)
     return body["response"]
 
 

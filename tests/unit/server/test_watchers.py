@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from gpuguard.webhook.config import load_config
 from gpuguard.webhook.engine.core import Engine
 from gpuguard.webhook.server import app as app_module
-from gpuguard.webhook.server.state import Active, Runtime, ServeSettings
+from gpuguard.webhook.server.state import Active, ServerState, ServeSettings
 
 
 def _touch(path: Path) -> None:
@@ -27,7 +27,7 @@ def test_a_slow_config_reload_does_not_delay_the_certificate(tmp_path: Path):
         _touch(path)
     settings = ServeSettings(config_path=str(config), reload_interval=0.05)
     loaded = load_config(None)
-    runtime = Runtime(settings, Active(loaded, Engine(loaded)))
+    server = ServerState(settings, Active(loaded, Engine(loaded)))
     events: dict[str, float] = {}
 
     async def slow_config_reload() -> None:
@@ -38,11 +38,11 @@ def test_a_slow_config_reload_does_not_delay_the_certificate(tmp_path: Path):
     async def cert_reload() -> None:
         events["cert"] = time.monotonic()
 
-    runtime.reload_config = slow_config_reload  # type: ignore[method-assign]
-    runtime.tls = SimpleNamespace(cert_path=str(cert), key_path=str(key), reload=cert_reload)  # type: ignore[assignment]
+    server.reload_config = slow_config_reload  # type: ignore[method-assign]
+    server.tls = SimpleNamespace(cert_path=str(cert), key_path=str(key), reload=cert_reload)  # type: ignore[assignment]
 
     async def scenario() -> None:
-        watchers = app_module._watchers(runtime, settings)
+        watchers = app_module._watchers(server, settings)
         assert [w.name for w in watchers] == ["config", "tls"]
         tasks = [asyncio.create_task(w.run()) for w in watchers]
         _touch(config)

@@ -1,0 +1,223 @@
+"""Every shell reaches the engine's decision, on every policy fixture.
+
+The engine is the only decider: the webhook (``/mutate`` then ``/validate``), ``gpuguard
+evaluate``, ``gpuguard audit``, ``gpuguard test`` and ``gpuguard fix`` only carry its answer.
+A shell that decided anything itself (a check before the engine, a skip the others don't
+make) would admit in CI what the cluster refuses, or the reverse.  So each fixture input is
+run through all of them with the same config and the same request, and their answers — allowed,
+the policies that deny and warn, the mutated object — must be equal.
+
+Cases are the fixture inputs of ``tests/policies`` plus bad-quantity objects that only the
+engine's pre-check refuses (the webhook once refused them and the CLIs passed them).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import re
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import orjson
+import pytest
+import yaml
+
+from gpuguard.webhook import suite
+from gpuguard.webhook.config import load_config
+from gpuguard.webhook.decision import RequestContext
+from gpuguard.webhook.engine.core import Engine
+from gpuguard.webhook.main import main
+from gpuguard.webhook.objects import READABLE, ApiLookup, StaticLookup
+from tests.support.asgi_client import AsgiClient, make_app
+from tests.support.paths import REPO
+from tests.support.server import decoded_patch, review
+
+FIXTURES = REPO / "tests" / "policies"
+NAMESPACE = "default"
+POLICY_ID = re.compile(r"^\[([a-z][a-z0-9-]*)\] ", re.M)  # a finding line starts with its policy id
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a shell says of one object: comparable across shells."""
+
+    allowed: bool
+    denied: tuple[str, ...]
+    warned: tuple[str, ...]
+    mutated: Any
+
+
+def _bad_quantity_job(value: Any) -> dict:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bad-quantity"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{
+                "name": "trainer", "image": "trainer:1", "resources": {"limits": {"nvidia.com/gpu": value}}}]}}}}
+
+
+def _cases() -> list[tuple[str, Path | None, list[dict], list[dict]]]:
+    """(id, config file or None for the default, the input object(s), objects it may name)."""
+    cases = []
+    for input_file in sorted(FIXTURES.rglob(suite.INPUT)):
+        folder = input_file.parent
+        config = next((p / suite.CONFIG for p in (folder, *folder.parents)
+                       if (p / suite.CONFIG).is_file() and FIXTURES in p.parents), None)
+        objects_file = folder / suite.OBJECTS
+        objects = list(yaml.safe_load_all(objects_file.read_text())) if objects_file.is_file() else []
+        docs = [d for d in yaml.safe_load_all(input_file.read_text()) if isinstance(d, dict)]
+        cases.append((str(folder.relative_to(FIXTURES)), config, docs[:1], objects))
+    for value in ("1e800000", "NaN", "8Ei"):
+        cases.append((f"invalid-quantity-{value}", None, [_bad_quantity_job(value)], []))
+    return cases
+
+
+CASES = _cases()
+
+
+def _in_namespace(obj: dict) -> dict:
+    obj = copy.deepcopy(obj)
+    obj.setdefault("metadata", {}).setdefault("namespace", NAMESPACE)
+    return obj
+
+
+def _from_entry(entry: dict, obj: dict) -> Answer:
+    mutated = jsonpatch.apply_patch(obj, entry["patch"]) if entry["patch"] else obj
+    return Answer(entry["allowed"], tuple(sorted(v["policy"] for v in entry["violations"] if v["action"] == "deny")),
+                  tuple(sorted(v["policy"] for v in entry["violations"] if v["action"] == "warn")), mutated)
+
+
+def _run_cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def _manifest(tmp_path: Path, obj: dict, objects: list[dict]) -> Path:
+    path = tmp_path / "manifest.yaml"
+    path.write_text(yaml.safe_dump_all([obj, *objects], sort_keys=False))
+    return path
+
+
+def _config_args(config: Path | None) -> list[str]:
+    return ["--config", str(config)] if config else []
+
+
+def by_engine(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
+    decision = Engine(load_config(config)).evaluate(obj, RequestContext(namespace=NAMESPACE,
+                                                                        lookup=StaticLookup(objects)))
+    return Answer(decision.allowed, tuple(sorted(v.policy for v in decision.denials)),
+                  tuple(sorted(v.policy for v in decision.warnings)), decision.mutated)
+
+
+def by_evaluate(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
+    _, out, err = _run_cli("evaluate", str(_manifest(tmp_path, obj, objects)), "--format", "json",
+                           *_config_args(config))
+    data = orjson.loads(out)
+    entries = data["results"] if isinstance(data, dict) else data
+    return _from_entry(entries[0], obj)
+
+
+def by_audit(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
+    _, out, _ = _run_cli("audit", str(_manifest(tmp_path, obj, objects)), "--format", "json", "--fail-on", "never",
+                         *_config_args(config))
+    return _from_entry(orjson.loads(out)["results"][0], obj)
+
+
+def by_test(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
+    case_dir = tmp_path / "suite" / "case"
+    case_dir.mkdir(parents=True)
+    (case_dir / suite.INPUT).write_text(yaml.safe_dump(obj, sort_keys=False))
+    (case_dir / suite.EXPECT).write_text("allowed: true\n")
+    if objects:
+        (case_dir / suite.OBJECTS).write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    if config:
+        (case_dir / suite.CONFIG).write_text(config.read_text())
+    (case,) = suite.discover([case_dir])
+    decision = suite.run_case(case).decision
+    assert decision is not None
+    return Answer(decision.allowed, tuple(sorted(v.policy for v in decision.denials)),
+                  tuple(sorted(v.policy for v in decision.warnings)), decision.mutated)
+
+
+def by_fix(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
+    path = tmp_path / "fix.yaml"
+    path.write_text(yaml.safe_dump(obj, sort_keys=False))
+    code, out, err = _run_cli("fix", str(path), "--stdout", *_config_args(config))
+    assert code in (0, 1), err
+    denied = tuple(sorted(set(re.findall(r"\[([a-z][a-z0-9-]*)\]", err)))) if code == 1 else ()
+    return Answer(code == 0, denied, (), yaml.safe_load(out))
+
+
+class _ObjectsApi:
+    """The cluster's copy of the objects a workload names, as the server's reader sees them."""
+
+    def __init__(self, objects: list[dict]) -> None:
+        self._objects = StaticLookup(objects)
+
+    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str,
+                                     **_: Any) -> dict:
+        return self._found(group, plural, namespace, name)
+
+    def get_cluster_custom_object(self, group: str, version: str, plural: str, name: str, **_: Any) -> dict:
+        return self._found(group, plural, None, name)
+
+    def _found(self, group: str, plural: str, namespace: str | None, name: str) -> dict:
+        for (g, kind), (_, p) in READABLE.items():
+            if g == group and p == plural and (obj := self._objects(g, kind, namespace, name)) is not None:
+                return obj
+        raise LookupError(name)
+
+
+def by_webhook(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
+    client = AsgiClient(make_app(config.read_text() if config else None))
+    client.app.state.server.objects = ApiLookup(api=_ObjectsApi(objects))
+    try:
+        _, mutated_review = client.post_json("/mutate", review(obj))
+        response = mutated_review["response"]
+        if not response["allowed"]:
+            return Answer(False, tuple(sorted(set(POLICY_ID.findall(response["status"]["message"])))), (), obj)
+        mutated = jsonpatch.apply_patch(obj, decoded_patch(response)) if "patch" in response else obj
+        _, validated = client.post_json("/validate", review(mutated))
+        response = validated["response"]
+        denied = POLICY_ID.findall(response.get("status", {}).get("message", "")) if not response["allowed"] else []
+        warned = [POLICY_ID.match(w).group(1) for w in response.get("warnings", []) if POLICY_ID.match(w)]
+        return Answer(response["allowed"], tuple(sorted(denied)), tuple(sorted(warned)), mutated)
+    finally:
+        client.close()
+
+
+SHELLS = {"webhook": by_webhook, "evaluate": by_evaluate, "audit": by_audit, "test": by_test}
+
+
+@pytest.mark.parametrize(("case_id", "config", "docs", "objects"), CASES, ids=[c[0] for c in CASES])
+def test_every_shell_reaches_the_engines_decision(case_id: str, config: Path | None, docs: list[dict],
+                                                  objects: list[dict], tmp_path: Path) -> None:
+    obj = _in_namespace(docs[0])
+    expected = by_engine(config, obj, objects, tmp_path)
+    for name, shell in SHELLS.items():
+        shell_dir = tmp_path / name
+        shell_dir.mkdir()
+        got = shell(config, copy.deepcopy(obj), objects, shell_dir)
+        assert got == expected, f"{name} differs from the engine on {case_id}"
+    fixed = by_fix(config, copy.deepcopy(obj), objects, tmp_path)
+    assert (fixed.allowed, fixed.mutated) == (expected.allowed, expected.mutated), f"fix differs on {case_id}"
+    if not expected.allowed:
+        assert set(fixed.denied) >= set(expected.denied), f"fix names other denials on {case_id}"
+
+
+def test_a_bad_quantity_is_denied_by_every_shell(tmp_path: Path) -> None:
+    """The finding that once lived only in the webhook: now the CLI shells refuse it too, with the reason."""
+    path = _manifest(tmp_path, _in_namespace(_bad_quantity_job("1e800000")), [])
+    code, out, _ = _run_cli("evaluate", str(path), "--format", "json")
+    entry = orjson.loads(out)
+    entry = (entry["results"] if isinstance(entry, dict) else entry)[0]
+    assert entry["allowed"] is False and code == 1
+    (violation,) = entry["violations"]
+    assert violation["policy"] == "invalid-quantity"
+    assert "not a usable quantity" in violation["message"]
+    assert violation["path"] == "spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]"
+    code, out, _ = _run_cli("audit", str(path), "--format", "sarif")
+    assert code == 1 and '"ruleId": "invalid-quantity"' in out.replace('":"', '": "')
