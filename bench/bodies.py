@@ -118,7 +118,9 @@ def pytorchjob() -> dict[str, Any]:
                 "template": {"metadata": {"labels": {"app": "llm"}}, "spec": spec}}
 
     return {
-        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": _meta("llm-pretrain"),
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        # schedulerName volcano gangs the 5 pods only with the group's size (gang-scheduling).
+        "metadata": _meta("llm-pretrain", annotations={"scheduling.volcano.sh/group-min-member": "5"}),
         "spec": {"runPolicy": {"cleanPodPolicy": "None"},
                  "pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(4)}},
     }

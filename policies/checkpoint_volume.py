@@ -227,9 +227,11 @@ POLICY = ValidatingPolicy(
     title="Persistent checkpoints for GPU training",
     settings_model=Settings,
     run=validate,
-    description="GPU training containers must mount persistent storage (PVC, NFS, durable CSI ...) or point "
-    "CHECKPOINT_URI at an object store; checkpoint paths on emptyDir, ephemeral volumes, hostPath or the "
-    "container filesystem are rejected.",
+    description="GPU training containers must mount writable persistent storage (PVC, NFS, durable CSI ...) or set "
+    "`CHECKPOINT_URI` (a value, `valueFrom` or `envFrom`) to an object store; checkpoint paths on emptyDir, "
+    "ephemeral volumes, hostPath, read-only mounts, claims that die with the job or the container filesystem are "
+    "rejected. A run whose deadline bounds what it can lose (deadline x GPUs <= 4 GPU-hours: smoke tests, "
+    "benchmarks) needs none.",
     rationale="A preempted or OOM-killed training pod restarts from its last checkpoint; if that lived on "
     "ephemeral storage, every GPU-hour since the start is lost.",
     example="""\

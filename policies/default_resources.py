@@ -129,9 +129,11 @@ POLICY = MutatingPolicy(
     title="Size CPU, memory and ephemeral storage per accelerator",
     settings_model=Settings,
     run=mutate,
-    description="Adds missing CPU, memory and ephemeral-storage requests and limits: by each accelerator "
-    "profile's sizing (per device, per slice, or none) for accelerator containers, flat for the others; "
-    "never lowers a value the user set, and adds nothing to a pod with pod-level spec.resources (its budget).",
+    description="Adds missing CPU, memory and ephemeral-storage requests and limits: for accelerator containers by "
+    "each accelerator profile's sizing, per device (whole NVIDIA GPU 8 CPU, 64Gi, 50Gi; TPU chip 20 CPU, 40Gi), per "
+    "slice as a fraction of its parent (MIG `1g` = 1/7, HAMi vGPU by its cores) or none; flat for the others; memory "
+    "limit = request; never lowers a value the user set, and adds nothing to a pod with pod-level `spec.resources` "
+    "(its budget).",
     rationale="A GPU pod with only a GPU limit is BestEffort: evicted first under memory pressure and "
     "free to starve its data loaders; right-sized requests keep a node's GPUs usable.",
     example="""\

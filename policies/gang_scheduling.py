@@ -121,10 +121,10 @@ POLICY = ValidatingPolicy(
     title="Gang scheduling for distributed GPU jobs",
     settings_model=Settings,
     run=validate,
-    description="Multi-pod GPU jobs (Kubeflow jobs with workers, JobSet, Job with parallelism > 1, Volcano Job) "
-    "must be ganged for real: a Kueue queue label, a Kubeflow schedulingPolicy or Volcano Job whose minAvailable "
-    "covers the GPU pods, a coscheduling/Volcano pod-group label, or schedulerName volcano with a group-min-member "
-    "annotation. schedulerName volcano alone is a PodGroup of one. Only pods holding GPUs at once count.",
+    description="Multi-pod GPU jobs (Kubeflow jobs with workers, JobSet, Job with parallelism > 1, Volcano Job) must "
+    "really gang: a Kueue queue label, a Kubeflow `schedulingPolicy` or Volcano Job whose `minAvailable` covers the "
+    "GPU pods, a coscheduling/Volcano pod-group label, or `schedulerName: volcano` with a `group-min-member` "
+    "annotation (`schedulerName` alone is a PodGroup of one). Only pods holding GPUs at once count.",
     rationale="Without all-or-nothing scheduling, partial jobs hold GPUs waiting for peers that never start; "
     "two such jobs can deadlock a cluster.",
     example="""\

@@ -67,8 +67,8 @@ POLICY = ValidatingPolicy(
     title="Memory limits for GPU containers",
     settings_model=Settings,
     run=validate,
-    description="Rejects GPU containers without a memory limit (BestEffort or unbounded Burstable); warns when "
-    "memory per GPU is under a floor.",
+    description="Rejects GPU containers without a memory limit (BestEffort or unbounded Burstable; a pod-level "
+    "memory limit counts); warns when memory per device is under a floor (16Gi, its fraction for a slice).",
     rationale="A BestEffort GPU pod is evicted first under memory pressure and an unbounded one can OOM-kill "
     "its neighbours: either way GPU-hours of work are lost.",
     example="""\

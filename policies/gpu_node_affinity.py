@@ -94,9 +94,10 @@ POLICY = MutatingPolicy(
     title="Require accelerator nodes for accelerator pods",
     settings_model=Settings,
     run=mutate,
-    description="Adds each accelerator profile's node selection (if it has one) to every non-empty "
-    "nodeSelectorTerm of pods that use it, and its preferred nodes as soft affinity; optionally keeps pods "
-    "without accelerators off accelerator nodes.",
+    description="Adds each accelerator profile's node selection (TPU pods: `cloud.google.com/gke-tpu-accelerator`; "
+    "whole NVIDIA GPUs: `nvidia.com/gpu.present=true`; MIG: `nvidia.com/mig.strategy=mixed`; none for Neuron, Gaudi, "
+    "DRA) to every non-empty nodeSelectorTerm of pods that use it, and its preferred nodes as soft affinity; "
+    "optionally keeps pods without accelerators off accelerator nodes.",
     rationale="Without it a GPU pod can wait on CPU-only nodes the autoscaler keeps adding, and CPU pods "
     "can fill the GPU nodes' CPU and memory so GPUs sit idle.",
     example="""\

@@ -103,9 +103,10 @@ POLICY = ValidatingPolicy(
     title="GPU requests a scheduler can satisfy",
     settings_model=Settings,
     run=validate,
-    description="Whole units, requests equal to limits, at most the profile's maxPerNode per pod (native "
-    "sidecars and DRA claims counted as the kubelet does), a configured total per workload (and optionally "
-    "node CPU/memory); warns about DRA claims it cannot resolve.",
+    description="Whole units, requests equal to limits (caught on CRDs too, where the apiserver does not check), at "
+    "most the profile's `maxPerNode` per pod (NVIDIA 8, Neuron 16, TPU 8; native sidecars and DRA claims counted as "
+    "the kubelet does) and a total per workload (64), optionally node CPU/memory; warns about DRA claims it cannot "
+    "resolve.",
     rationale="A request no node can satisfy pends forever; a bad template in a PyTorchJob fails pod by pod "
     "while the pods that did start hold GPUs idle.",
     example="""\

@@ -57,8 +57,9 @@ POLICY = MutatingPolicy(
     title="Tolerate the taints of GPU nodes",
     settings_model=Settings,
     run=mutate,
-    description="Adds the tolerations of each accelerator profile a pod uses (extended resources or DRA "
-    "claims) unless an equal or wider toleration is already there.",
+    description="Adds the tolerations of each accelerator profile (docs/accelerators.md) a pod uses, by extended "
+    "resource or DRA claim (e.g. `nvidia.com/gpu`, `google.com/tpu`, `aws.amazon.com/neuron` Exists NoSchedule), "
+    "unless an equal or wider toleration is already there.",
     rationale="GPU node pools are tainted to keep CPU pods off; a GPU pod without the toleration pends "
     "forever while its job's clock runs.",
     example="""\

@@ -41,7 +41,7 @@ POLICY = ValidatingPolicy(
     settings_model=Settings,
     run=validate,
     description="Warns when a GPU RayJob (or RayCronJob) keeps its RayCluster after the job ends "
-    "(shutdownAfterJobFinishes: false), with the GPU-hours a day the idle cluster holds.",
+    "(`shutdownAfterJobFinishes: false`), with the GPU-hours a day the idle cluster holds.",
     rationale="KubeRay keeps a finished RayJob's cluster unless told to shut it down: every GPU of it stays "
     "allocated, idle, until someone notices.",
     example="""\

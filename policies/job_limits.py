@@ -56,8 +56,9 @@ POLICY = MutatingPolicy(
     title="Retry and deadline limits for GPU training",
     settings_model=Settings,
     run=mutate,
-    description="Sets backoffLimit (default 3) and activeDeadlineSeconds (default 24h, capped at 7 days; smoke "
-    "tests 30 min, capped at 1h) on GPU training, batch-inference and smoke-test workloads where absent.",
+    description="Sets `backoffLimit` (default 3) and `activeDeadlineSeconds` (default 24h, capped at 7 days; smoke "
+    "tests 30 min, capped at 1h) on GPU training, batch-inference and smoke-test workloads where absent; explicit "
+    "user values stay.",
     rationale="A hung or crash-looping GPU job bills every GPU-hour until a human notices; over a weekend "
     "that is 60 hours per GPU.",
     example="""\

@@ -55,10 +55,10 @@ POLICY = MutatingPolicy(
     title="Delete finished jobs after a TTL",
     settings_model=Settings,
     run=mutate,
-    description="Sets ttlSecondsAfterFinished (Job, CronJob, Kubeflow runPolicy, JobSet, Volcano, RayJob, "
-    "RayCronJob; SparkApplication timeToLiveSeconds; Argo ttlStrategy) where absent and caps values above "
-    "the maximum; on a RayJob also shutdownAfterJobFinishes: true "
-    "unless the user set it false.",
+    description="Sets `ttlSecondsAfterFinished` (default 86400) on Job, CronJob, Kubeflow `runPolicy`, JobSet, "
+    "Volcano Job, RayJob and RayCronJob, a SparkApplication's `timeToLiveSeconds` and an Argo workflow's "
+    "`ttlStrategy.secondsAfterCompletion` where absent; caps values above 7 days (Argo's per-outcome TTLs too); on a "
+    "RayJob also sets `shutdownAfterJobFinishes: true` unless the user set it false.",
     rationale="Finished jobs that are never deleted keep their pods, claims and (for RayJob) whole clusters "
     "around, holding quota and sometimes GPUs.",
     example="""\

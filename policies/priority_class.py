@@ -49,8 +49,9 @@ POLICY = MutatingPolicy(
     title="Priority class by workload class",
     settings_model=Settings,
     run=mutate,
-    description="Sets priorityClassName by workload class (inference > training > notebooks) where absent, "
-    "and drops spec.priority and spec.preemptionPolicy there (pod or template) so the apiserver recomputes them.",
+    description="Sets `priorityClassName` by workload class (`inference-critical`; `training-standard` for training, "
+    "batch inference and smoke tests; `notebook-dev`) where absent, and drops `spec.priority` and "
+    "`spec.preemptionPolicy` there (pod or template) so the apiserver recomputes them.",
     rationale="Without classes a notebook can hold the GPUs a production model server needs, and nothing "
     "tells the scheduler which pod to preempt.",
     example="""\

@@ -102,11 +102,11 @@ POLICY = MutatingPolicy(
     title="Shared memory for data loaders",
     settings_model=Settings,
     run=mutate,
-    description="Mounts a memory-backed emptyDir with a sizeLimit (capped at the memory limit) at /dev/shm "
-    "in accelerator containers that have none. Leaves alone workloads whose operator manages /dev/shm "
-    "itself (operatorManagedKinds: KubeRay's RayCluster/RayJob/RayService/RayCronJob, which size it to the Ray "
-    "container's memory limit for the object store) or whose pods have no data-loader workers (Spark "
-    "applications), and the pods those operators create.",
+    description="Mounts a memory-backed emptyDir with a sizeLimit (default 16Gi, capped at the memory limit) at "
+    "`/dev/shm` in accelerator containers that have none. Leaves alone workloads whose operator manages /dev/shm "
+    "itself (`operatorManagedKinds`: KubeRay's RayCluster/RayJob/RayService/RayCronJob, which size it to the Ray "
+    "container's memory limit for the object store) or whose pods have no data-loader workers (Spark applications: "
+    "JVM executors), and the pods those operators create.",
     rationale="PyTorch DataLoader workers share batches through /dev/shm; on the 64 MiB default they die "
     "with a bus error hours into a run.",
     example="""\

@@ -62,9 +62,9 @@ POLICY = ValidatingPolicy(
     title="Declared workload classes stay within the namespace's priority",
     settings_model=Settings,
     run=validate,
-    description="Lets users declare what a workload is (label gpuguard.io/workload-class: training, inference, "
-    "batch-inference, notebook, smoke-test) and denies declarations that would raise its priority above its "
-    "kind's class unless the namespace's profile allows it.",
+    description="Lets users declare what a workload is (label `gpuguard.io/workload-class`: training, inference, "
+    "batch-inference, notebook, smoke-test) and denies a declaration that would raise its priority above its kind's "
+    "class unless the namespace's profile allows it.",
     rationale="The kind's class is often wrong (a batch-inference RayJob, an RL-training RayCluster); a label "
     "fixes the checks, but must not buy the preempting inference priority.",
     example="""\

@@ -30,4 +30,5 @@ fi
 
 ruff check .
 lint-imports  # the layering contracts in pyproject.toml
+python3 scripts/generate.py --check  # every derived file (configs, tables, cases) is up to date
 python3 -m pytest -p no:cacheprovider "$@"

@@ -13,7 +13,7 @@ from gpuguard.workloads import kinds
 from tests.support.paths import REPO
 
 ROOT = REPO
-CUSTOM = ROOT / "tests" / "custom-policies"
+CUSTOM = ROOT / "tests" / "kinds"
 # Every suite the repository ships: the built-in policies' fixtures (when present), the custom
 # rules' fixtures over every kind, and the worked example in the docs.
 SUITES = [p for p in (ROOT / "tests" / "policies", CUSTOM, ROOT / "examples" / "policy-suite") if p.is_dir()]
@@ -39,7 +39,8 @@ def test_custom_rule_fixtures_cover_every_kind_gpuguard_knows():
     # Kinds judged through a runtime (a Trainer TrainJob) need a lookup a case cannot give:
     # tests/unit/custom/test_custom_policies.py covers them.
     table = {(k.group, k.kind) for k in kinds.KINDS if k.runtime is None}
-    assert set(seen) == table, "run python tests/custom-policies/generate.py for the new kinds"
+    assert set(seen) == table, ("a kind without cases: give it a builder in tests/support/builders.py, then run "
+                                "python3 scripts/generate.py")
     assert all(outcomes == {True, False} for outcomes in seen.values())
 
 

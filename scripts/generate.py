@@ -1,0 +1,319 @@
+"""Write every file derived from the code, so each fact is written once, by its owner.
+
+    python3 scripts/generate.py            write the files that are stale
+    python3 scripts/generate.py --check    list the stale files and exit 1; write nothing
+
+What is derived, and from what:
+
+* ``policies/default-config.yaml``, its ``policies:`` section: each policy's action and its other
+  settings at their defaults, from the policies' settings models (the rest of the file, the
+  accelerator profiles and the comments, is written by hand);
+* ``deploy/base/config.yaml``: the ConfigMap source, the shipped default config verbatim;
+* ``deploy/base/webhookconfigurations.yaml``: ``gpuguard webhook-config --service gpuguard/gpuguard``
+  for the shipped config (rules and matchConditions follow the kind table);
+* ``tests/kinds/<kind>/{denied,allowed}/``: a custom-rule case pair for every kind the test builders
+  make, the expected findings taken from the kind table (each template's PodSpec path), not from
+  running gpuguard, so the cases check the engine rather than echo it;
+* the README's policy table, from the policy registry;
+* the trusted-controller table of ``docs/admin.md``, from ``DEFAULT_TRUSTED_CONTROLLERS``;
+* ``bench/bodies/*.json``: the AdmissionReviews the benchmarks send (``bench/bodies.py``).
+
+Markdown tables sit between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``; the
+config section between ``# generated: policies`` and ``# end generated`` comment lines.
+``tests/unit/project/test_generated.py`` runs the check, and so does ``scripts/test.sh``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # tests.support.builders, when run as a script
+    sys.path.insert(0, str(REPO))
+
+COMMAND = "python3 scripts/generate.py"
+DEFAULT_CONFIG = "policies/default-config.yaml"
+KINDS_MATRIX = "tests/kinds"
+END = "end generated"
+
+Files = dict[str, bytes]  # repository-relative path -> content
+
+
+# ---------------------------------------------------------------- marked regions
+
+
+def replace_region(text: str, name: str, body: str, *, comment: str) -> str:
+    """``text`` with the lines between the ``generated: name`` and ``end generated`` markers replaced.
+
+    ``comment`` is ``"md"`` (HTML comments on their own lines) or ``"yaml"`` (``#`` lines, any
+    indent).  The marker lines stay; a missing marker is an error naming it.
+    """
+    start_marker, end_marker = (f"<!-- generated: {name} -->", f"<!-- {END} -->") if comment == "md" else (
+        f"# generated: {name}", f"# {END}")
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.strip().startswith(start_marker)]
+    if len(starts) != 1:
+        raise SystemExit(f"generate: expected one {start_marker!r} line, found {len(starts)}")
+    start = starts[0]
+    ends = [i for i in range(start + 1, len(lines)) if lines[i].strip() == end_marker]
+    if not ends:
+        raise SystemExit(f"generate: no {end_marker!r} after {start_marker!r}")
+    return "".join(lines[:start + 1]) + body + "".join(lines[ends[0]:])
+
+
+# ---------------------------------------------------------------- policies/default-config.yaml
+
+
+def _flow_one(value: Any) -> str:
+    """A value as one flow-style YAML line, quoted as it must be inside a flow collection."""
+    text = yaml.safe_dump([value], default_flow_style=True, sort_keys=False, width=1 << 20, allow_unicode=True)
+    return text.strip()[1:-1]
+
+
+def _flow(value: Any, width: int) -> list[str]:
+    """A value in flow-style YAML, its top-level items packed into lines of about ``width`` columns."""
+    if isinstance(value, dict) and value:
+        items, brackets = [f"{_flow_one(k)}: {_flow_one(v)}" for k, v in value.items()], "{}"
+    elif isinstance(value, list) and value:
+        items, brackets = [_flow_one(v) for v in value], "[]"
+    else:
+        return [_flow_one(value)]
+    lines = [brackets[0]]
+    for i, item in enumerate(items):
+        piece = item + (", " if i < len(items) - 1 else brackets[1])
+        if len(lines[-1]) + len(piece.rstrip()) > width and lines[-1].strip() not in ("", brackets[0]):
+            lines[-1] = lines[-1].rstrip()
+            lines.append("")
+        lines[-1] += piece
+    return lines
+
+
+def policy_settings_section(indent: str = "  ") -> str:
+    """Each policy's ``action`` live and its other settings commented out at their defaults.
+
+    Only ``action`` is written as a key: a deployed copy of this file then follows the models'
+    defaults on upgrade, while an admin still reads every setting there is to change.
+    """
+    from gpuguard.policies import REGISTRY
+
+    out = [f"{indent}# Every policy's action, and its other settings at their defaults (commented out);\n",
+           f"{indent}# `gpuguard explain POLICY` describes each setting.\n"]
+    for policy in REGISTRY.values():
+        defaults = policy.settings_model().model_dump(by_alias=True, mode="json")
+        out.append(f"{indent}{policy.id}:\n{indent}  action: {defaults.pop('action')}\n")
+        for key, value in defaults.items():
+            first = f"{indent}  # {key}: "
+            lines = _flow(value, max(40, 100 - len(first)))
+            assert yaml.safe_load(" ".join(lines)) == value, f"{policy.id}.{key}: {lines} does not read back"
+            out.append(f"{first}{lines[0]}\n")
+            out.extend(f"{indent}  #   {line.strip()}\n" for line in lines[1:])
+    return "".join(out)
+
+
+def default_config(text: str) -> str:
+    """The shipped default config with its generated ``policies:`` section brought up to date."""
+    return replace_region(text, "policies", policy_settings_section(), comment="yaml")
+
+
+# ---------------------------------------------------------------- deploy/base
+
+
+def webhook_configurations(config_text: str) -> str:
+    """The base's webhook configurations for the shipped config, as ``gpuguard webhook-config`` writes them."""
+    from gpuguard.webhook.cli.match_conditions import build_match_conditions, cpu_scope
+    from gpuguard.webhook.cli.webhook_config import (
+        accelerator_resource_patterns,
+        build_webhook_configurations,
+        render_yaml,
+    )
+    from gpuguard.webhook.config import parse_config_text
+
+    config = parse_config_text(config_text, DEFAULT_CONFIG)
+    conditions = build_match_conditions(accelerator_resource_patterns(config), cpu_scope(config))
+    return render_yaml(build_webhook_configurations(service=("gpuguard", "gpuguard"), match_conditions=conditions))
+
+
+# ---------------------------------------------------------------- tests/kinds
+
+
+def _case_folder(name: str) -> str:
+    return {"VolcanoJob": "volcano-job"}.get(name) or name.lower()
+
+
+def _dump(data: dict) -> bytes:
+    return yaml.safe_dump(data, sort_keys=False).encode()
+
+
+def kinds_matrix() -> Files:
+    """A denied and an allowed case of the two custom rules in ``tests/kinds/config.yaml``, per kind."""
+    from gpuguard.webhook.config import parse_config_text
+    from gpuguard.workloads import kinds
+    from gpuguard.workloads.paths import dotted
+    from gpuguard.workloads.view import build_view
+    from tests.support.builders import ADAPTED_KINDS, ALL_KINDS, gpu_container, make
+
+    accelerators = parse_config_text("kind: GpuguardConfig\n").accelerators
+    files: Files = {}
+    for name in [*ALL_KINDS, *ADAPTED_KINDS]:
+        folder = f"{KINDS_MATRIX}/{_case_folder(name)}"
+        bad = make(name, {"restartPolicy": "Never", "containers": [gpu_container(1, image="ghcr.io/example/train:1")]},
+                   replicas=2, namespace="ml")
+        bad.setdefault("metadata", {}).setdefault("labels", {})["app"] = "train"
+        spec = kinds.lookup(bad["apiVersion"], bad["kind"])
+        assert spec is not None, f"the builder of {name} makes a kind gpuguard does not know"
+        refs = [t.ref for t in build_view(bad, spec, accelerators, "training").gpu_templates]
+        files[f"{folder}/denied/input.yaml"] = _dump(bad)
+        files[f"{folder}/denied/expect.yaml"] = _dump({
+            "description": f"A GPU {name} without a team label and with a ghcr.io image is denied by both rules, "
+                           f"on each of its {len(refs)} GPU pod template(s)",
+            "allowed": False,
+            "violations": [{"policy": "team-label", "action": "deny", "path": "metadata.labels.team"}]
+            + [{"policy": "gpu-registry", "action": "deny", "path": dotted(r.spec_path) + ".containers"}
+               for r in refs]})
+        good = make(name, {"restartPolicy": "Never",
+                           "containers": [gpu_container(1, image="registry.corp/vision/train:1")]},
+                    replicas=2, namespace="ml")
+        good["metadata"]["labels"] = {"app": "train", "team": "vision"}
+        files[f"{folder}/allowed/input.yaml"] = _dump(good)
+        files[f"{folder}/allowed/expect.yaml"] = _dump({
+            "description": f"A GPU {name} with a team label and registry.corp images passes both rules",
+            "allowed": True, "violations": []})
+    return files
+
+
+def stale_case_files(expected: Iterable[str]) -> list[str]:
+    """Case files under ``tests/kinds`` the generator no longer writes (a kind that went away)."""
+    root = REPO / KINDS_MATRIX
+    keep = set(expected)
+    found = (p.relative_to(REPO).as_posix() for p in root.glob("*/*/*.yaml"))
+    return sorted(p for p in found if p not in keep)
+
+
+# ---------------------------------------------------------------- markdown tables
+
+
+def _cell(text: str) -> str:
+    """One table cell: one line, pipes escaped, ``docs/*.md`` paths as links."""
+    return re.sub(r"\b(docs/[\w-]+\.md)\b", r"[\1](\1)", " ".join(text.split()).replace("|", "\\|"))
+
+
+def policy_table() -> str:
+    """The README's policy table: id, phase, default action and description of every registered policy."""
+    from gpuguard.policies import REGISTRY
+
+    rows = ["| id | phase | default action | what it does |\n", "|---|---|---|---|\n"]
+    rows += [f"| `{p.id}` | {p.phase} | {p.default_action} | {_cell(p.description)} |\n" for p in REGISTRY.values()]
+    return "".join(rows)
+
+
+def _group_kinds(edges: list[dict[str, Any]]) -> str:
+    """``[{owner: apps/ReplicaSet, kind: Pod}, ...]`` -> "`Pod` of `apps/ReplicaSet`; ...", by created kind."""
+    by_kind: dict[str, list[str]] = {}
+    for edge in edges:
+        owner = f"`{edge['owner']}`" + (" (mutated)" if edge.get("mutate") else "")
+        by_kind.setdefault(edge["kind"], []).append(owner)
+    return "; ".join(f"`{kind}` of {', '.join(owners)}" for kind, owners in by_kind.items())
+
+
+def controller_table() -> str:
+    """The admin guide's built-in trusted controllers: name, identities, what each creates for which owner."""
+    from gpuguard.workloads.controllers import DEFAULT_TRUSTED_CONTROLLERS
+
+    rows = ["| name | identity (username) | creates |\n", "|---|---|---|\n"]
+    for name, entry in DEFAULT_TRUSTED_CONTROLLERS.items():
+        users = [*entry.get("users", ()),
+                 *("system:serviceaccount:" + sa.replace("/", ":", 1) for sa in entry.get("serviceAccounts", ()))]
+        rows.append(f"| `{name}` | {', '.join(f'`{u}`' for u in users)} | {_group_kinds(entry['creates'])} |\n")
+    return "".join(rows)
+
+
+# ---------------------------------------------------------------- bench/bodies
+
+
+def bench_bodies() -> Files:
+    """The benchmark AdmissionReviews, built and checked against the engine by ``bench/bodies.py``."""
+    spec = importlib.util.spec_from_file_location("gpuguard_bench_bodies", REPO / "bench" / "bodies.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {module.body_path(name, endpoint).relative_to(REPO).as_posix(): data
+            for name, pair in module.build_all().items() for endpoint, data in pair.items()}
+
+
+# ---------------------------------------------------------------- all of them
+
+
+def _read(path: str) -> str:
+    return (REPO / path).read_text(encoding="utf-8")
+
+
+def config_files() -> Files:
+    """The shipped default config and its ConfigMap copy: what the other generated files load."""
+    config = default_config(_read(DEFAULT_CONFIG)).encode()
+    return {DEFAULT_CONFIG: config, "deploy/base/config.yaml": config}
+
+
+def derived_files() -> Files:
+    """Every other generated file (regions filled into the hand-written rest), for the config on disk."""
+    files: Files = {
+        "deploy/base/webhookconfigurations.yaml": webhook_configurations(_read(DEFAULT_CONFIG)).encode(),
+        "README.md": replace_region(_read("README.md"), "policies", policy_table(), comment="md").encode(),
+        "docs/admin.md": replace_region(_read("docs/admin.md"), "trusted-controllers", controller_table(),
+                                        comment="md").encode(),
+    }
+    files.update(kinds_matrix())
+    files.update(bench_bodies())
+    return files
+
+
+def stale(files: Files) -> tuple[list[str], list[str]]:
+    """(files whose content differs or that are missing, case files no longer generated)."""
+    changed = [path for path, data in files.items()
+               if not (REPO / path).is_file() or (REPO / path).read_bytes() != data]
+    matrix = any(path.startswith(KINDS_MATRIX + "/") for path in files)
+    return changed, stale_case_files(files) if matrix else []
+
+
+def write(files: Files, changed: list[str], extra: list[str], say: Callable[[str], None]) -> None:
+    for path in changed:
+        (REPO / path).parent.mkdir(parents=True, exist_ok=True)
+        (REPO / path).write_bytes(files[path])
+        say(f"wrote {path}")
+    for path in extra:
+        (REPO / path).unlink()
+        say(f"removed {path}")
+    for folder in sorted({(REPO / p).parent for p in extra}, reverse=True):
+        for empty in (folder, folder.parent):
+            if empty.is_dir() and not any(empty.iterdir()):
+                empty.rmdir()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write every file derived from the code.")
+    parser.add_argument("--check", action="store_true", help="list stale files and exit 1; write nothing")
+    args = parser.parse_args(argv)
+    stale_paths: list[str] = []
+    # The config first: the webhook configurations and the benchmark bodies load it from disk.
+    for stage in (config_files, derived_files):
+        files = stage()
+        changed, extra = stale(files)
+        if args.check:
+            stale_paths += [f"stale: {p}" for p in changed] + [f"no longer generated: {p}" for p in extra]
+        else:
+            write(files, changed, extra, print)
+    if stale_paths:
+        print("\n".join(stale_paths))
+        print(f"run `{COMMAND}` and commit the result")
+        return 1
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())
