@@ -365,9 +365,3 @@ def run_case(case: Case) -> CaseResult:
         result.error = str(exc)
         result.mismatches.clear()
     return result
-
-
-def clear_cache() -> None:
-    """Forget compiled configs (a long-lived caller whose config files changed)."""
-    _engine.cache_clear()
-    _config.cache_clear()

@@ -23,7 +23,6 @@ uses the compiled profiles): it must stay importable first.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -370,11 +369,6 @@ class Accelerators:
 
     def for_device_class(self, device_class: str) -> Profile | None:
         return self._for_class(device_class)
-
-
-def ceil_units(amount: Decimal) -> int:
-    """Requested units as a whole count (fractions round up: the scheduler would need that many)."""
-    return math.ceil(amount)
 
 
 def merge_specs(defaults: list[dict[str, Any]], overrides: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -66,11 +66,6 @@ class Container:
         """A native sidecar: an init container with ``restartPolicy: Always``, running beside the app."""
         return self.is_init and self.body.get("restartPolicy") == "Always"
 
-    @property
-    def runs_with_app(self) -> bool:
-        """App containers and native sidecars: what runs (and holds devices) for the pod's life."""
-        return not self.is_init or self.is_sidecar
-
     def accelerator_units(self) -> Iterator[tuple[str, int, Profile]]:
         """(resource or device class, units, profile) of everything accelerator this container holds."""
         for resource, count in self.gpus.items():

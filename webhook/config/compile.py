@@ -99,7 +99,6 @@ class Config:
         self.controllers = compile_controllers(raw.trusted_controllers)
         self.knative_default = raw.kserve.default_deployment_mode in ("Serverless", "Knative")
         self.knative_gated = knative.gated(frozenset(raw.kserve.knative_features))
-        self.is_gpu_resource = self.accelerators.is_accelerator
 
     def exemption(self, namespace: str | None, username: str, groups: tuple[str, ...]) -> str | None:
         """Why a request is exempt, or ``None``.  Only admin-controlled facts count: never annotations."""

@@ -13,7 +13,8 @@ def test_shipped_default_loads_and_enables_every_policy():
     enabled = [p.id for p, _ in config.policies.mutating + config.policies.validating]
     assert enabled == list(REGISTRY)
     assert config.failure_mode == "open"
-    assert config.is_gpu_resource("nvidia.com/mig-1g.10gb") and not config.is_gpu_resource("cpu")
+    assert config.accelerators.is_accelerator("nvidia.com/mig-1g.10gb")
+    assert not config.accelerators.is_accelerator("cpu")
 
 
 def test_default_file_values_equal_the_built_in_defaults():

@@ -89,7 +89,7 @@ def test_every_shipped_resource_has_its_profile(resource, profile):
 def test_companion_resources_are_not_accelerators():
     for name in ("nvidia.com/gpucores", "nvidia.com/gpumem", "gpu.intel.com/millicores", "cpu", "memory",
                  "vpc.amazonaws.com/efa"):
-        assert not CONFIG.is_gpu_resource(name)
+        assert not CONFIG.accelerators.is_accelerator(name)
 
 
 def test_hami_profile_only_with_its_companion_resources():
@@ -118,7 +118,7 @@ def test_config_profiles_merge_by_name_and_new_ones_come_first():
     assert acc.profiles[0].name == "a100-pool"
     assert acc.by_name["nvidia-gpu"].max_per_node == 4
     assert acc.by_name["nvidia-gpu"].node_selection.key == "nvidia.com/gpu.present"  # kept from the shipped one
-    assert "gaudi" not in acc.by_name and not config.is_gpu_resource("habana.ai/gaudi")
+    assert "gaudi" not in acc.by_name and not config.accelerators.is_accelerator("habana.ai/gaudi")
 
 
 @pytest.mark.parametrize("text,message", [
