@@ -38,7 +38,7 @@ def _tune_gc(spec: str) -> None:
     import fastapi  # noqa: F401  (everything a worker holds for life, imported before the freeze)
     import uvicorn  # noqa: F401
 
-    import webhook.server  # noqa: F401
+    import gpuguard.webhook.server.app  # noqa: F401
     from gpuguard.webhook.config import load_config
     from gpuguard.webhook.engine.core import Engine
 
