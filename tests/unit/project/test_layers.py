@@ -24,9 +24,12 @@ SHIPPED = PYPROJECT["tool"]["setuptools"]["package-dir"]
 
 
 def _layer_names() -> list[str]:
-    """Every module pattern a layers contract names, with its container prefixed."""
+    """Every module pattern a layers contract names, with its container prefixed, and every module
+    an independence contract keeps apart (``gpuguard.policies.*``: each policy module)."""
     names: list[str] = []
     for contract in LINTER["contracts"]:
+        if contract["type"] == "independence":
+            names.extend(contract["modules"])
         if contract["type"] != "layers":
             continue
         containers = contract.get("containers") or [""]
@@ -69,11 +72,12 @@ def test_every_shipped_package_is_a_root_package_of_the_contracts() -> None:
     assert set(SHIPPED) == set(LINTER["root_packages"])
 
 
-def test_every_policy_module_is_in_the_policy_layer_contract() -> None:
+def test_every_policy_module_is_in_the_policy_independence_contract() -> None:
     from gpuguard import policies
 
-    contract = next(c for c in LINTER["contracts"] if c.get("containers") == ["gpuguard.policies"])
-    patterns = [f"gpuguard.policies.{p.strip()}" for layer in contract["layers"] for p in layer.split("|")]
+    contract = next(c for c in LINTER["contracts"] if c["type"] == "independence"
+                    and "gpuguard.policies.*" in c["modules"])
+    patterns = contract["modules"]
     modules = {f"gpuguard.policies.{m.name}" for m in pkgutil.iter_modules(policies.__path__)}
     for policy in policies.REGISTRY.values():
         module = policy.run.__module__
