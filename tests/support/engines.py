@@ -1,8 +1,9 @@
-"""Helpers the unit tests share (test modules never import each other: shared code lives here).
+"""Engines the unit tests share: shared test code lives in ``tests/support``, never in a test module.
 
 ``only(policy)`` builds an engine with one policy on, ``engine_with`` one from config text,
 ``evaluate_twice`` evaluates and proves the patch applies (with ``jsonpatch``) and the
-mutation is idempotent.  The workload builders for every kind are in ``workloads.py``.
+mutation is idempotent.  The workload builders for every kind are in ``builders.py``; that no
+test module imports another is checked by ``tests/unit/project/test_layers.py``.
 """
 
 from __future__ import annotations

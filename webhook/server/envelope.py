@@ -32,8 +32,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 _AUDIT_KEY_BAD = re.compile(r"[^-A-Za-z0-9_.]")
 # How deep a review body may nest (the review and request envelopes included): as deep as orjson
 # can serialise (it stops at 255 levels).  Real objects stay under 20 levels; the engine
-# serialises objects with orjson, so a deeper object used to fail half-way through a review
-# (and failureMode open admitted it unmutated) instead of being refused up front.
+# serialises objects with orjson, so a deeper object would fail half-way through a review
+# (and failureMode open would admit it unmutated): it is refused up front instead.
 MAX_DEPTH = 254
 GZIP_MAGIC = b"\x1f\x8b"
 

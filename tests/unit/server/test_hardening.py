@@ -1,7 +1,7 @@
-"""Issue 13's "what goes wrong" items that live in the request path, through the real ASGI app.
+"""Hostile and broken requests, through the real ASGI app.
 
-Each test sends what a hostile or broken client sent and asserts the answer the server now
-gives: a clear refusal, never an admission by way of the error path, never a traceback.
+Each test sends what a hostile or broken client could send and asserts the server's answer:
+a clear refusal, never an admission by way of the error path, never a traceback.
 """
 
 from __future__ import annotations

@@ -105,8 +105,8 @@ def test_body_over_the_limit_gets_413(server: Server) -> None:
 
 
 def test_an_object_that_is_not_a_mapping_is_refused_before_the_engine(server: Server) -> None:
-    # It used to take the engine's error path, which failureMode open admits; the error path is
-    # for bugs only now (tested with a failing engine in test_server_hardening.py).
+    # Not the engine's error path, which failureMode open admits: that path is for bugs only
+    # (tested with a failing engine in test_hardening.py).
     body = review(gpu_job())
     body["request"]["object"] = "not a mapping"
     resp = server.post("/validate", body)
