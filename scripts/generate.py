@@ -9,6 +9,7 @@ What is derived, and from what:
   settings at their defaults, from the policies' settings models (the rest of the file, the
   accelerator profiles and the comments, is written by hand);
 * ``deploy/base/config.yaml``: the ConfigMap source, the shipped default config verbatim;
+* ``deploy/base/rbac.yaml``, its rules that get the kinds ``kubectl scale`` scales, from the kind table;
 * ``deploy/base/webhookconfigurations.yaml``: ``gpuguard webhook-config --service gpuguard/gpuguard``
   for the shipped config (rules and matchConditions follow the kind table);
 * ``tests/support/cluster/crds/<kind>.yaml``: an open-schema stand-in CRD for every custom kind, which
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import re
 import sys
 from collections.abc import Callable, Iterable
@@ -141,6 +143,18 @@ def webhook_configurations(config_text: str) -> str:
     config = parse_config_text(config_text, DEFAULT_CONFIG)
     conditions = build_match_conditions(accelerator_resource_patterns(config), cpu_scope(config))
     return render_yaml(build_webhook_configurations(service=("gpuguard", "gpuguard"), match_conditions=conditions))
+
+
+def scale_get_rules(indent: str = "  ") -> str:
+    """The ClusterRole rules that let the server get what ``kubectl scale`` scales (a Scale has no template)."""
+    from gpuguard.workloads.kinds import KINDS
+
+    by_group: dict[str, list[str]] = {}
+    for spec in KINDS:
+        if spec.scale_replicas is not None:
+            by_group.setdefault(spec.group, []).append(spec.plural)
+    return "".join(f"{indent}- apiGroups: {json.dumps([group])}\n{indent}  resources: {json.dumps(plurals)}\n"
+                   f"{indent}  verbs: [\"get\"]\n" for group, plurals in by_group.items())
 
 
 # ---------------------------------------------------------------- tests/kinds
@@ -317,6 +331,8 @@ def derived_files() -> Files:
     """Every other generated file (regions filled into the hand-written rest), for the config on disk."""
     files: Files = {
         "deploy/base/webhookconfigurations.yaml": webhook_configurations(_read(DEFAULT_CONFIG)).encode(),
+        "deploy/base/rbac.yaml": replace_region(_read("deploy/base/rbac.yaml"), "scale-gets", scale_get_rules(),
+                                                comment="yaml").encode(),
         "README.md": replace_region(_read("README.md"), "policies", policy_table(), comment="md").encode(),
         "docs/admin.md": replace_region(_read("docs/admin.md"), "trusted-controllers", controller_table(),
                                         comment="md").encode(),
