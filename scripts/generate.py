@@ -205,11 +205,16 @@ def kinds_matrix() -> Files:
     return files
 
 
-def stale_case_files(expected: Iterable[str]) -> list[str]:
-    """Case files under ``tests/kinds`` the generator no longer writes (a kind that went away)."""
-    root = REPO / KINDS_MATRIX
+def leftovers(expected: Iterable[str]) -> list[str]:
+    """Files an earlier run generated that this one does not (a kind that went away).
+
+    Case files under ``tests/kinds`` and the stand-in CRDs that carry the generated header; the
+    hand-written files beside them (``tests/kinds/config.yaml``, the runtime CRDs) are never touched.
+    """
     keep = set(expected)
-    found = (p.relative_to(REPO).as_posix() for p in root.glob("*/*/*.yaml"))
+    cases = (REPO / KINDS_MATRIX).glob("*/*/*.yaml")
+    crds = (p for p in (REPO / CRDS).glob("*.yaml") if COMMAND in p.read_text(encoding="utf-8").split("\n", 3)[1])
+    found = (p.relative_to(REPO).as_posix() for p in (*cases, *crds))
     return sorted(p for p in found if p not in keep)
 
 
@@ -344,11 +349,11 @@ def derived_files() -> Files:
 
 
 def stale(files: Files) -> tuple[list[str], list[str]]:
-    """(files whose content differs or that are missing, case files no longer generated)."""
+    """(files whose content differs or that are missing, files generated before but no longer)."""
     changed = [path for path, data in files.items()
                if not (REPO / path).is_file() or (REPO / path).read_bytes() != data]
-    matrix = any(path.startswith(KINDS_MATRIX + "/") for path in files)
-    return changed, stale_case_files(files) if matrix else []
+    owns_leftovers = any(path.startswith(KINDS_MATRIX + "/") for path in files)
+    return changed, leftovers(files) if owns_leftovers else []
 
 
 def write(files: Files, changed: list[str], extra: list[str], say: Callable[[str], None]) -> None:
