@@ -4,8 +4,8 @@
   SIGUSR2.  Why not ``python -m cProfile``: that profiles the whole process life, so start-up
   (imports, config, TLS) is mixed into the numbers; here only the window under load is.
 * ``GPUGUARD_BENCH_GC=freeze,G0,G1,G2``: after the imports, ``gc.collect(); gc.freeze()`` and
-  ``gc.set_threshold(G0, G1, G2)`` -- the proposed fix for the full collections that stall large
-  reviews, measured without touching webhook/ (``python bench/server.py --gc-tuned``).
+  ``gc.set_threshold(G0, G1, G2)`` -- the GC tuning ``gpuguard serve`` applies itself (``webhook/server/app.py``),
+  applied from outside to measure a server without it (``python bench/server.py --gc-tuned``).
 
 ``python bench/_serve.py serve ARGS...`` (the arguments of ``gpuguard serve``).
 """
