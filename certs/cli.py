@@ -1,8 +1,10 @@
 """``gpuguard certs create|inject|renew``: the command-line face of the ``certs`` package.
 
 Every failure a user can cause (bad flag value, missing file, unreachable cluster) ends as one
-``gpuguard: error: ...`` line and exit code 1 (2 for usage errors, from argparse), never as a
-traceback: the people running these commands are cluster admins, not gpuguard developers.
+``gpuguard: error: ...`` line and exit code 2 (``ExitCode.USAGE``, as for every gpuguard
+command; argparse exits 2 for bad flags too), never as a traceback: the people running these
+commands are cluster admins, not gpuguard developers.  Each sub-command imports what it
+needs when it runs (the kubernetes client for ``inject`` only).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import re
 import sys
 from typing import Any
 
-from gpuguard.certs.store import CertError
+from gpuguard.webhook.exitcodes import ExitCode
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -58,9 +60,9 @@ def _label(pattern: re.Pattern[str], what: str):
 
 
 def _error(message: str) -> int:
-    """One line on stderr and exit code 1: the shape every gpuguard command uses for user errors."""
+    """One ``gpuguard: error:`` line on stderr and exit code 2, as every gpuguard command reports user errors."""
     print(f"gpuguard: error: {message}", file=sys.stderr)
-    return 1
+    return ExitCode.USAGE
 
 
 def _date(value: dt.datetime) -> str:
@@ -71,7 +73,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     """Write the bundle and print the two commands that finish the install, so nobody has to look them up."""
     from gpuguard.certs.bundle import write_bundle
     from gpuguard.certs.issue import sans_of
-    from gpuguard.certs.store import load_cert
+    from gpuguard.certs.store import CertError, load_cert
 
     try:
         paths = write_bundle(args.out, args.service, args.namespace, args.ip or [], args.days,
@@ -93,13 +95,13 @@ def cmd_create(args: argparse.Namespace) -> int:
     print(f"  kubectl -n {args.namespace} create secret tls gpuguard-tls --cert={paths.tls_cert} "
           f"--key={paths.tls_key} --dry-run=client -o yaml | kubectl apply -f -")
     print(f"  gpuguard certs inject --ca {paths.ca_cert}")
-    return 0
+    return ExitCode.OK
 
 
 def cmd_inject(args: argparse.Namespace) -> int:
     """Validate the CA file locally first: a bad file must fail before any cluster call."""
     from gpuguard.certs.inject import MUTATING, inject_ca_bundle
-    from gpuguard.certs.store import read_ca_bundle
+    from gpuguard.certs.store import CertError, read_ca_bundle
 
     try:
         ca_pem = read_ca_bundle(args.ca)
@@ -111,13 +113,13 @@ def cmd_inject(args: argparse.Namespace) -> int:
                     else "validatingwebhookconfiguration")
         state = "patched" if result.changed else "unchanged (caBundle already current)"
         print(f"{resource}/{result.name}: {state}, {result.webhooks} webhook(s)")
-    return 0
+    return ExitCode.OK
 
 
 def _namespace_of(cert_path: Any) -> str:
     """The Service namespace a leaf was issued for (from its ``NAME.NS.svc`` SAN), for the hint we print."""
     from gpuguard.certs.issue import sans_of
-    from gpuguard.certs.store import load_cert
+    from gpuguard.certs.store import CertError, load_cert
 
     try:
         dns, _ips = sans_of(load_cert(cert_path))
@@ -129,6 +131,7 @@ def _namespace_of(cert_path: Any) -> str:
 def cmd_renew(args: argparse.Namespace) -> int:
     """Renew if due and say so either way, so a cron log shows what happened each run."""
     from gpuguard.certs.renew import renew_serving_cert
+    from gpuguard.certs.store import CertError
 
     try:
         result = renew_serving_cert(args.dir, days=args.days, before_days=args.before, force=args.force)
@@ -146,7 +149,7 @@ def cmd_renew(args: argparse.Namespace) -> int:
     else:
         print(f"kept {result.tls_cert}: {result.reason} (until {_date(result.not_after)}); "
               "use --force to renew now")
-    return 0
+    return ExitCode.OK
 
 
 def register(subparsers: Any) -> None:
@@ -155,11 +158,10 @@ def register(subparsers: Any) -> None:
     from gpuguard.certs.renew import DEFAULT_RENEW_BEFORE_DAYS
 
     certs = subparsers.add_parser(
-        "certs", help="create, inject and renew the webhook's TLS certificates",
-        description="Create a CA and serving certificate, inject the CA into the webhook configurations, "
+        "certs", description="Create a CA and serving certificate, inject the CA into the webhook configurations, "
                     "and renew the serving certificate.",
     )
-    certs.set_defaults(func=lambda _args: (certs.print_help(), 2)[1])
+    certs.set_defaults(func=lambda _args: (certs.print_help(), ExitCode.USAGE)[1])
     sub = certs.add_subparsers(dest="certs_command", metavar="SUBCOMMAND")
 
     create = sub.add_parser(

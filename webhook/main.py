@@ -1,8 +1,12 @@
-"""The ``gpuguard`` command: one entry point, one sub-command module per job.
+"""The ``gpuguard`` command: one entry point, one module per verb, imported only when chosen.
 
-Each module in ``SUBCOMMAND_MODULES`` exposes ``register(subparsers)``, which adds its
-sub-command(s) and sets ``func`` (``args -> exit code``) as the parser default.  Keeping
-registration in the modules keeps this file free of every sub-command's flags.
+``VERBS`` names every verb, the module that implements it and its one-line help.  The verb is
+found in ``argv`` before any parser is built, and only its module is imported: ``gpuguard
+--help`` lists the verbs from the table alone, and ``gpuguard evaluate`` never loads the
+server, the kubernetes client or CEL.  Each module exposes ``register(subparsers)``, which adds
+its verb(s) with their flags and sets ``func`` (``args -> exit code``) as the parser default;
+registration stays light (argparse and the stdlib) and each verb imports what it needs when it
+runs.
 """
 
 from __future__ import annotations
@@ -10,43 +14,86 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from dataclasses import dataclass
+from typing import Any
 
-SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "gpuguard.webhook.cli.evaluate",
-    "gpuguard.webhook.server.command",
-    "gpuguard.certs.cli",
-    "gpuguard.webhook.cli.webhook_config",
-    "gpuguard.webhook.cli.audit.command",
-    "gpuguard.webhook.cli.explain",
-    "gpuguard.webhook.cli.test",
-    "gpuguard.webhook.cli.fix",
-)
+from gpuguard.webhook.exitcodes import ExitCode
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Verb:
+    """Where a verb lives and what ``gpuguard --help`` says about it."""
+
+    module: str
+    help: str
+
+
+VERBS: dict[str, Verb] = {
+    "evaluate": Verb("gpuguard.webhook.cli.evaluate", "print the decision for each object in a manifest"),
+    "serve": Verb("gpuguard.webhook.server.command", "run the admission webhook server (HTTPS)"),
+    "certs": Verb("gpuguard.certs.cli", "create, inject and renew the webhook's TLS certificates"),
+    "webhook-config": Verb("gpuguard.webhook.cli.webhook_config",
+                           "print the Mutating/ValidatingWebhookConfiguration YAML"),
+    "audit": Verb("gpuguard.webhook.cli.audit.command",
+                  "what gpuguard would change and reject, for manifests or a live cluster"),
+    "policies": Verb("gpuguard.webhook.cli.explain", "list every policy with its phase and default action"),
+    "explain": Verb("gpuguard.webhook.cli.explain", "what a policy checks, why, its settings and an example"),
+    "test": Verb("gpuguard.webhook.cli.test", "run policy test suites (cases of manifest + expected decision)"),
+    "fix": Verb("gpuguard.webhook.cli.fix", "apply gpuguard's mutations to manifest files in place"),
+}
+
+
+class _Subparsers:
+    """``add_subparsers()`` as a verb module sees it: the table's one-line help is filled in."""
+
+    def __init__(self, subparsers: Any) -> None:
+        self._subparsers = subparsers
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        if name in VERBS:
+            kwargs.setdefault("help", VERBS[name].help)
+        return self._subparsers.add_parser(name, **kwargs)
+
+
+def chosen_verb(argv: list[str]) -> str | None:
+    """The verb named in ``argv``: the first word that is not a flag (the top level's flags take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The parser with ``verb``'s module registered, every other verb listed from the table.
+
+    ``verb=None`` registers every verb (what tests and docs checks want: the whole command).
+    """
+    from gpuguard.webhook import __version__
+
     parser = argparse.ArgumentParser(
         prog="gpuguard",
         description="Admission webhook and audit tool that keeps ML workloads from burning GPU budget.",
     )
-    from gpuguard.webhook import __version__
-
     parser.add_argument("--version", action="version", version=f"gpuguard {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in SUBCOMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
+    wanted = list(dict.fromkeys(VERBS[v].module for v in VERBS)) if verb is None else (
+        [VERBS[verb].module] if verb in VERBS else [])
+    for module_name in wanted:
+        importlib.import_module(module_name).register(_Subparsers(subparsers))
+    for name, entry in VERBS.items():
+        if name not in subparsers.choices:  # listed in `gpuguard --help`, its flags never loaded
+            subparsers.add_parser(name, help=entry.help, add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(chosen_verb(argv) or "")
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return ExitCode.USAGE
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":

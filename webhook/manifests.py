@@ -31,7 +31,13 @@ INVALID_YAML = "invalid-yaml"
 INVALID_JSON = "invalid-json"
 NOT_KUBERNETES = "not-kubernetes"
 
-_DOC_START = re.compile(r"^---(?:[ \t]|$)")
+# A document marker at column 0: "---" starts a document ("--- # comment" and "--- !tag" too) and
+# "..." ends one.  Neither can stand at column 0 inside a document's content, so cutting a stream
+# at them is safe; this is the one rule for every reader of manifests (``gpuguard fix`` splits on
+# it too).
+_MARKER = re.compile(r"^(---|\.\.\.)(?:[ \t].*)?$")
+DOCUMENT_START = "---"
+DOCUMENT_END = "..."
 
 
 @dataclass(frozen=True)
@@ -125,26 +131,52 @@ def iter_paths(paths: Iterable[str], exclude: Iterable[str] = ()) -> Iterator[st
                     yield full
 
 
+class ManifestError(Exception):
+    """An input that cannot be read, or a document that cannot be parsed, for readers that stop at it.
+
+    ``error`` is the ``InputError`` the tolerant ``load`` would have put on a ``Document``;
+    ``line`` and ``column`` are 1-based, where known.
+    """
+
+    def __init__(self, source: str, error: InputError, line: int | None = None, column: int | None = None) -> None:
+        self.source, self.error, self.line, self.column = source, error, line, column
+        super().__init__(f"{self.location}: {error.message}")
+
+    @property
+    def location(self) -> str:
+        return f"{self.source}:{self.line}" if self.line else self.source
+
+
+def read_text(path: str, stdin: IO[bytes] | IO[str] | None = None) -> tuple[str, str]:
+    """``(source, text)`` of a file, or of stdin for ``-``, decoded as UTF-8 (a byte-order mark dropped).
+
+    Raises ``ManifestError`` (``UNREADABLE``) for a file that cannot be opened or is not UTF-8.
+    """
+    if path == STDIN:
+        stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", sys.stdin)
+        raw: bytes | str = stream.read()
+        source = STDIN_NAME
+    else:
+        source = path
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read()
+        except OSError as exc:
+            raise ManifestError(source, InputError(UNREADABLE, exc.strerror or str(exc))) from None
+    try:
+        return source, raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        raise ManifestError(source, InputError(UNREADABLE, f"not UTF-8 text ({exc.reason})")) from None
+
+
 def load(paths: Iterable[str], *, stdin: IO[bytes] | IO[str] | None = None,
          exclude: Iterable[str] = ()) -> Iterator[Document]:
     """Every document of every input, in order; unreadable inputs become error documents."""
     for path in iter_paths(paths, exclude):
-        if path == STDIN:
-            stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", sys.stdin)
-            raw: bytes | str = stream.read()
-            source = STDIN_NAME
-        else:
-            source = path
-            try:
-                with open(path, "rb") as handle:
-                    raw = handle.read()
-            except OSError as exc:
-                yield Document(source, 0, error=InputError(UNREADABLE, exc.strerror or str(exc)))
-                continue
         try:
-            text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
-        except UnicodeDecodeError as exc:
-            yield Document(source, 0, error=InputError(UNREADABLE, f"not UTF-8 text ({exc.reason})"))
+            source, text = read_text(path, stdin)
+        except ManifestError as exc:
+            yield Document(exc.source, 0, error=exc.error)
             continue
         yield from parse_text(text, source)
 
@@ -157,19 +189,14 @@ def parse_text(text: str, source: str) -> Iterator[Document]:
     ``---`` lines and each piece parsed alone, so one broken document costs only itself.
     (A ``---`` at column 0 cannot occur inside a valid document's content, so the cut is safe.)
     """
-    json_file = source.lower().endswith(".json")
-    if json_file or text.lstrip().startswith(("{", "[")):
-        # JSON rules decide for JSON: PyYAML (YAML 1.1) reads `"x": }` as null and refuses "\/".
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            if json_file:
-                yield Document(source, 0, exc.lineno, exc.colno,
-                               error=InputError(INVALID_JSON, f"invalid JSON: {exc.msg}"))
-                return
-        else:
-            yield from _documents(_json_positions(text, value), source)
-            return
+    try:
+        value = _as_json(text, source)
+    except ManifestError as exc:
+        yield Document(source, 0, exc.line, exc.column, error=exc.error)
+        return
+    if value is not _NOT_JSON:
+        yield from _documents(_json_positions(text, value), source)
+        return
     try:
         parsed = list(_compose(text, 0))
     except yaml.YAMLError:
@@ -178,7 +205,7 @@ def parse_text(text: str, source: str) -> Iterator[Document]:
         yield from _documents(parsed, source)
         return
     index = 0
-    for chunk, first_line in _split_documents(text):
+    for chunk, first_line in split_text(text):
         try:
             pieces = list(_compose(chunk, first_line - 1))
         except yaml.YAMLError as exc:
@@ -189,6 +216,43 @@ def parse_text(text: str, source: str) -> Iterator[Document]:
         for doc in _documents(pieces, source, start_index=index):
             index = doc.index + 1
             yield doc
+
+
+def parse_values(text: str, source: str) -> list[Any]:
+    """The values of the non-empty documents of one YAML or JSON stream, read as ``parse_text`` reads them.
+
+    For files that hold other things than Kubernetes objects (a fixture's ``expect.yaml``): no
+    object checks, Lists not flattened, and the first problem raised as ``ManifestError``.
+    """
+    value = _as_json(text, source)
+    if value is not _NOT_JSON:
+        return [] if value is None else [value]
+    try:
+        return [value for value, _node, _line, _column in _compose(text, 0) if value is not None]
+    except yaml.YAMLError as exc:
+        line, column = _error_position(exc, 1)
+        raise ManifestError(source, InputError(INVALID_YAML, _yaml_message(exc)), line, column) from None
+
+
+_NOT_JSON: Any = object()
+
+
+def _as_json(text: str, source: str) -> Any:
+    """The JSON value of a ``.json`` file, or of text that starts like JSON and parses as it; else ``_NOT_JSON``.
+
+    JSON rules decide for JSON: PyYAML (YAML 1.1) reads ``"x": }`` as null and refuses ``"\\/"``.
+    Raises ``ManifestError`` for a ``.json`` file that is not JSON.
+    """
+    json_file = source.lower().endswith(".json")
+    if not (json_file or text.lstrip().startswith(("{", "["))):
+        return _NOT_JSON
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        if json_file:
+            raise ManifestError(source, InputError(INVALID_JSON, f"invalid JSON: {exc.msg}"), exc.lineno,
+                                exc.colno) from None
+        return _NOT_JSON
 
 
 def _json_positions(text: str, value: Any) -> list[tuple[Any, yaml.Node | None, int, int]]:
@@ -216,16 +280,30 @@ def _compose(text: str, line_offset: int) -> Iterator[tuple[Any, yaml.Node | Non
         loader.dispose()
 
 
-def _split_documents(text: str) -> Iterator[tuple[str, int]]:
-    """Pieces of ``text`` cut before each ``---`` line, with the 1-based line each starts at."""
+def document_marker(line: str) -> str | None:
+    """``DOCUMENT_START`` or ``DOCUMENT_END`` when ``line`` (its line ending ignored) is one, else ``None``."""
+    match = _MARKER.match(line.rstrip("\r\n"))
+    return match.group(1) if match else None
+
+
+def split_text(text: str, *, at_end_markers: bool = False) -> list[tuple[str, int]]:
+    """``text`` cut before each ``---`` line (and each ``...`` line with ``at_end_markers``).
+
+    The pieces concatenate back to ``text`` exactly; each comes with the 1-based line it starts
+    at.  Without ``at_end_markers`` a ``...`` stays with the document it ends, so that each piece
+    parses alone.
+    """
+    cut_at = {DOCUMENT_START, DOCUMENT_END} if at_end_markers else {DOCUMENT_START}
     lines = text.splitlines(keepends=True)
+    pieces: list[tuple[str, int]] = []
     start = 0
     for i, line in enumerate(lines):
-        if i > start and _DOC_START.match(line):
-            yield "".join(lines[start:i]), start + 1
+        if i > start and document_marker(line) in cut_at:
+            pieces.append(("".join(lines[start:i]), start + 1))
             start = i
     if start < len(lines):
-        yield "".join(lines[start:]), start + 1
+        pieces.append(("".join(lines[start:]), start + 1))
+    return pieces
 
 
 def _error_position(exc: yaml.YAMLError, first_line: int) -> tuple[int, int | None]:
@@ -281,7 +359,7 @@ def _objects(value: Any, node: yaml.Node | None, source: str, index: int, line: 
             if item_line is not None:
                 item_line += offset
             if isinstance(value, dict) and isinstance(item, dict):
-                _fill_typed_list_item(value, item)
+                fill_list_item(value, item)
             item_node = _item_node(node, "items" if isinstance(value, dict) else None, i)
             yield _checked(Document(source, index, item_line or line, item_col or column, item, item=i,
                                     lines=_path_lines(item_node, offset)))
@@ -322,7 +400,7 @@ def _path_lines(node: yaml.Node | None, offset: int) -> dict[str, int] | None:
     return out
 
 
-def _fill_typed_list_item(lst: dict, item: dict) -> None:
+def fill_list_item(lst: dict, item: dict) -> None:
     """Items of a typed list (``JobList``) omit apiVersion/kind: they are the list's."""
     if lst["kind"] != "List":
         item.setdefault("apiVersion", lst.get("apiVersion"))

@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import jsonpatch
 import orjson
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -36,6 +35,7 @@ from gpuguard.webhook.config import Config, ConfigError, PolicySet, load_config
 from gpuguard.webhook.decision import Decision, RequestContext, Violation
 from gpuguard.webhook.engine.core import Engine
 from gpuguard.webhook.engine.patch import make_patch
+from gpuguard.webhook.manifests import UNREADABLE, ManifestError, load, parse_values, read_text
 from gpuguard.webhook.objects import StaticLookup
 
 INPUT = "input.yaml"
@@ -108,7 +108,7 @@ class Expectation(_Model):
 
 @dataclass(frozen=True)
 class Case:
-    """One case folder.  ``name`` is its path below the folder it was found under (``job-ttl/example``)."""
+    """One case folder.  ``name`` is its path below the folder it was found under (``job-ttl/too-long-ttl-capped``)."""
 
     name: str
     path: Path
@@ -184,23 +184,28 @@ class _CaseFileError(Exception):
 
 
 def _read_yaml(path: Path, required: bool = True) -> Any:
+    """The one document of a case file, read as ``gpuguard evaluate`` reads manifests (JSON rules for JSON,
+    timestamps kept as strings), or ``None`` for a missing optional file."""
     if not path.is_file():
         if required:
             raise _CaseFileError(f"{path.name} is missing")
         return None
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _CaseFileError(f"{path}: cannot read: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise _CaseFileError(f"{path}: invalid YAML: {exc}") from None
+        _source, text = read_text(str(path))
+        docs = parse_values(text, str(path))
+    except ManifestError as exc:
+        raise _CaseFileError(f"{exc.location}: {_reading(exc)}") from None
     if len(docs) != 1:
         raise _CaseFileError(f"{path}: expected one YAML document, found {len(docs)}")
-    # JSON round trip: what the apiserver would send (YAML dates become strings), so comparisons are fair.
+    # JSON round trip: what the apiserver would send (non-string keys become strings), so comparisons are fair.
     try:
         return orjson.loads(orjson.dumps(docs[0], option=orjson.OPT_NON_STR_KEYS))
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise _CaseFileError(f"{path}: not representable as JSON: {exc}") from None
+
+
+def _reading(exc: ManifestError) -> str:
+    return f"cannot read: {exc.error.message}" if exc.error.kind == UNREADABLE else exc.error.message
 
 
 def _model(model: type[_Model], data: Any, path: Path) -> Any:
@@ -263,14 +268,15 @@ def _engine(path: str | None, only: tuple[str, ...] | None) -> Engine | str:
 # ---------------------------------------------------------------- running a case
 
 def _objects(case: Case) -> StaticLookup | None:
-    """The case's ``objects.yaml``: what its input may name and the engine may look up."""
+    """The case's ``objects.yaml``: what its input may name and the engine may look up (Lists flattened)."""
     path = case.path / OBJECTS
     if not path.is_file():
         return None
-    try:
-        return StaticLookup(yaml.safe_load_all(path.read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise _CaseFileError(f"{OBJECTS}: {exc}") from None
+    docs = list(load([str(path)]))
+    broken = next((d for d in docs if d.error), None)
+    if broken is not None and broken.error is not None:
+        raise _CaseFileError(f"{OBJECTS}: {broken.location}: {broken.error.message}")
+    return StaticLookup(d.obj for d in docs)
 
 
 def _context(request: Request, old: Any, objects: StaticLookup | None = None) -> RequestContext:
@@ -364,4 +370,34 @@ def run_case(case: Case) -> CaseResult:
     except _CaseFileError as exc:
         result.error = str(exc)
         result.mismatches.clear()
+    return result
+
+
+# ---------------------------------------------------------------- the policies' shipped examples
+
+def run_example(policy_id: str) -> CaseResult:
+    """A policy's shipped example (``policies/examples/<id>.yaml``, shown by ``gpuguard explain``) as a case:
+    with only that policy on, the default config and request, it must pass with nothing denied, warned
+    about or changed, so the example users read is a tested, passing manifest."""
+    from gpuguard.policies.base import example_file, example_text
+    from gpuguard.webhook.manifests import parse_text
+
+    path = Path(str(example_file(policy_id)))
+    result = CaseResult(Case(f"{policy_id}/example", path, path.parent),
+                        f"the passing example gpuguard explain shows for {policy_id} (nothing to change or report)")
+    docs = list(parse_text(example_text(policy_id), str(path)))
+    engine = _engine(None, (policy_id,))
+    if len(docs) != 1 or docs[0].obj is None or isinstance(engine, str):
+        result.error = engine if isinstance(engine, str) else f"{path}: expected one Kubernetes object"
+        return result
+    obj = docs[0].obj
+    decision = result.decision = engine.evaluate(obj, _context(Request(), None))
+    if decision.error:
+        result.mismatches.append(f"the engine could not evaluate the example: {decision.error}")
+    if not decision.allowed:
+        result.mismatches.append("expected allowed, got denied")
+    result.mismatches += _finding_mismatches([], decision.violations)
+    if decision.mutated_by or decision.mutated != obj:
+        result.mismatches.append(f"the example is changed by {sorted(decision.mutated_by)}: "
+                                 f"{_differences(obj, decision.mutated)}")
     return result

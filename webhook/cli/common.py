@@ -1,8 +1,9 @@
-"""What every ``gpuguard`` sub-command shares: one error line instead of a traceback, exit codes.
+"""What every ``gpuguard`` sub-command shares: one error line instead of a traceback.
 
-Users see ``gpuguard: error: <what and what to do>`` on stderr and exit 2, never a Python
-traceback (``GPUGUARD_DEBUG=1`` re-raises, for bug reports).  Wrap a sub-command's function
-with ``guard`` when registering it.
+Users see ``gpuguard: error: <what and what to do>`` on stderr and exit 2
+(``ExitCode.USAGE``), never a Python traceback (``GPUGUARD_DEBUG=1`` re-raises, for bug
+reports).  Wrap a sub-command's function with ``guard`` when registering it.  Stdlib-only, so
+a verb module can import it at its top without slowing ``--help``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ import os
 import sys
 from collections.abc import Callable
 
-EXIT_USAGE = 2
-EXIT_ERROR = 2
+from gpuguard.webhook.exitcodes import ExitCode
 
 
 class UsageError(Exception):
@@ -33,15 +33,15 @@ def guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
             return func(args)
         except UsageError as exc:
             error(f"{exc}")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         except BrokenPipeError:  # `gpuguard audit ... | head`
             with contextlib.suppress(OSError):
                 sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the interpreter's flush at exit
-            return EXIT_ERROR
+            return ExitCode.USAGE
         except Exception as exc:
             if os.environ.get("GPUGUARD_DEBUG"):
                 raise
             error(f"unexpected {type(exc).__name__}: {exc} (GPUGUARD_DEBUG=1 shows the traceback)")
-            return EXIT_ERROR
+            return ExitCode.USAGE
 
     return wrapper

@@ -9,24 +9,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
-import yaml
+from gpuguard.webhook.cli.common import error, guard
+from gpuguard.webhook.exitcodes import ExitCode
 
-from gpuguard.webhook.cli.audit.run import file_context
-from gpuguard.webhook.cli.common import guard
-from gpuguard.webhook.config import ConfigError, load_config
-from gpuguard.webhook.decision import Decision
-from gpuguard.webhook.engine.core import Engine
-from gpuguard.webhook.manifests import load as load_documents
-from gpuguard.webhook.objects import StaticLookup
-from gpuguard.workloads.claims import StaticClaims
+if TYPE_CHECKING:
+    from gpuguard.webhook.decision import Decision
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("evaluate", help="print the decision for each object in a manifest",
-                                   description="Evaluate every object of a manifest as a CREATE and print "
+    parser = subparsers.add_parser("evaluate", description="Evaluate every object of a manifest as a CREATE and print "
                                    "violations, the JSON patch and the mutated object.")
     parser.add_argument("file", help="manifest file (YAML or JSON, multi-document); - for stdin")
     parser.add_argument("--format", choices=("text", "json"), default="text")
@@ -38,6 +31,9 @@ def register(subparsers: Any) -> None:
 
 
 def _text(decision: Decision, index: int) -> str:
+    import orjson
+    import yaml
+
     head = f"--- [{index}] {decision.kind} {decision.namespace or '-'}/{decision.name or '-'}"
     lines = [head]
     if decision.error:
@@ -59,11 +55,20 @@ def _text(decision: Decision, index: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import orjson
+
+    from gpuguard.webhook.cli.audit.run import file_context
+    from gpuguard.webhook.config import ConfigError, load_config
+    from gpuguard.webhook.engine.core import Engine
+    from gpuguard.webhook.manifests import load as load_documents
+    from gpuguard.webhook.objects import StaticLookup
+    from gpuguard.workloads.claims import StaticClaims
+
     try:
         engine = Engine(load_config(args.config))
     except ConfigError as exc:
-        print(f"gpuguard: error: {exc}", file=sys.stderr)
-        return 2
+        error(str(exc))
+        return ExitCode.USAGE
     results: list[dict[str, Any]] = []
     denied = bad_input = False
     docs = list(load_documents([args.file]))
@@ -73,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     for doc in docs:
         if doc.error:
             bad_input = True
-            print(f"gpuguard: error: {doc.location}: {doc.error.message}", file=sys.stderr)
+            error(f"{doc.location}: {doc.error.message}")
             continue
         # As the apiserver would get it: in the object's namespace, else the default one.
         decision = engine.evaluate(doc.obj, file_context(doc.obj, args.namespace, None, runtimes or None))
@@ -84,6 +89,6 @@ def run(args: argparse.Namespace) -> int:
             print(_text(decision, doc.index))
     if args.format == "json":
         sys.stdout.write(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode() + "\n")
-    if args.fail_on_deny and denied:
-        return 1
-    return 2 if bad_input else 0
+    if bad_input:
+        return ExitCode.USAGE
+    return ExitCode.FINDINGS if args.fail_on_deny and denied else ExitCode.OK

@@ -11,29 +11,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
-import yaml
-from rich.console import Console
-from rich.syntax import Syntax
-from rich.table import Table
+from gpuguard.webhook.cli.common import error, guard
+from gpuguard.webhook.exitcodes import ExitCode
 
-from gpuguard.webhook.catalog import PolicyInfo, UnknownPolicyError, find, load_catalog
-from gpuguard.webhook.cli.common import EXIT_USAGE, error, guard
-from gpuguard.webhook.config import ConfigError, load_config
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from gpuguard.webhook.catalog import PolicyInfo
 
 
 def register(subparsers: Any) -> None:
     """Add ``policies`` and ``explain`` to the ``gpuguard`` command."""
-    policies = subparsers.add_parser("policies", help="list every policy with its phase and default action",
-                                     description="List every policy gpuguard ships: id, phase (mutating or "
+    policies = subparsers.add_parser("policies", description="List every policy gpuguard ships: id, phase (mutating or "
                                      "validating), default action and what it does.")
     policies.add_argument("--format", choices=("table", "json"), default="table")
     policies.add_argument("--config", metavar="FILE", help="also list this GpuguardConfig's customPolicies")
     policies.set_defaults(func=guard(run_policies))
-    explain = subparsers.add_parser("explain", help="what a policy checks, why, its settings and an example",
-                                    description="Explain one policy: what it checks, why it matters, its "
+    explain = subparsers.add_parser("explain", description="Explain one policy: what it checks, why it matters, its "
                                     "settings (name, type, default) and a manifest that passes it.")
     explain.add_argument("policy", help="policy id, e.g. job-ttl (see `gpuguard policies`)")
     explain.add_argument("--format", choices=("text", "json"), default="text")
@@ -43,6 +39,9 @@ def register(subparsers: Any) -> None:
 
 def _catalog(args: argparse.Namespace) -> dict[str, PolicyInfo] | None:
     """The built-in policies, plus the custom rules of ``--config`` (``None`` after printing why it failed)."""
+    from gpuguard.webhook.catalog import load_catalog
+    from gpuguard.webhook.config import ConfigError, load_config
+
     if not getattr(args, "config", None):
         return load_catalog()
     try:
@@ -53,14 +52,17 @@ def _catalog(args: argparse.Namespace) -> dict[str, PolicyInfo] | None:
 
 
 def run_policies(args: argparse.Namespace) -> int:
+    import orjson
+    from rich.table import Table
+
     policies = _catalog(args)
     if policies is None:
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if args.format == "json":
         rows = [{"id": p.id, "phase": p.phase, "defaultAction": p.default_action, "title": p.title,
                  "description": p.description} for p in policies.values()]
         sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
+        return ExitCode.OK
     console = _stdout_console()
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("POLICY", no_wrap=True)
@@ -71,10 +73,12 @@ def run_policies(args: argparse.Namespace) -> int:
         table.add_row(p.id, p.phase, p.default_action, p.one_line)
     console.print(table)
     console.print("[dim]`gpuguard explain POLICY` tells what it checks, why, its settings and an example.[/dim]")
-    return 0
+    return ExitCode.OK
 
 
 def _stdout_console() -> Console:
+    from rich.console import Console
+
     tty = sys.stdout.isatty()
     return Console(highlight=False, no_color=not tty or bool(os.environ.get("NO_COLOR")),
                    width=None if tty else 120)
@@ -82,6 +86,9 @@ def _stdout_console() -> Console:
 
 def config_snippet(info: PolicyInfo) -> str:
     """The policy's block of a GpuguardConfig with every setting at its default."""
+    import orjson
+    import yaml
+
     settings: dict[str, Any] = {} if info.settings else {"action": info.default_action}
     for s in info.settings:
         try:
@@ -93,21 +100,27 @@ def config_snippet(info: PolicyInfo) -> str:
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    import orjson
+    from rich.syntax import Syntax
+    from rich.table import Table
+
+    from gpuguard.webhook.catalog import UnknownPolicyError, find
+
     policies = _catalog(args)
     if policies is None:
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         info = find(policies, args.policy)
     except UnknownPolicyError as exc:
         error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if args.format == "json":
         data = {"id": info.id, "title": info.title, "phase": info.phase, "defaultAction": info.default_action,
                 "description": info.description, "rationale": info.rationale, "example": info.example,
                 "settings": [{"name": s.name, "type": s.type, "default": s.default, "description": s.description}
                              for s in info.settings]}
         sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
+        return ExitCode.OK
     console = _stdout_console()
     console.print(f"[bold]{info.id}[/bold] — {info.title}")
     console.print(f"{info.phase}, default action: {info.default_action}\n")
@@ -127,4 +140,4 @@ def run_explain(args: argparse.Namespace) -> int:
     if info.example:
         console.print("[bold]Passes[/bold]")
         console.print(Syntax(info.example.rstrip(), "yaml", theme="ansi_dark", background_color="default"))
-    return 0
+    return ExitCode.OK

@@ -13,23 +13,24 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+from gpuguard.webhook.cli import junit
+from gpuguard.webhook.cli.common import error, guard
+from gpuguard.webhook.exitcodes import ExitCode
 
-from gpuguard.webhook import suite
-from gpuguard.webhook.cli.common import EXIT_USAGE, error, guard
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
 
-EXIT_PASS, EXIT_FAIL = 0, 1
+    from rich.table import Table
+
+    from gpuguard.webhook import suite
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "test", help="run policy test suites (cases of manifest + expected decision)",
-        description="Run every case under PATH (a folder holding input.yaml and expect.yaml; see "
+        "test", description="Run every case under PATH (a folder holding input.yaml and expect.yaml; see "
                     "docs/policy-fixtures.md) through gpuguard and compare the decision, findings and mutated "
                     "object with what the case expects. Exit 0 when all pass, 1 when any case fails, 2 when a "
                     "path holds no case.")
@@ -49,6 +50,8 @@ _STYLE = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold magenta"}
 
 
 def _table(results: list[suite.CaseResult], quiet: bool) -> Table:
+    from rich.table import Table
+
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("result")
     table.add_column("case", overflow="fold")
@@ -61,33 +64,38 @@ def _table(results: list[suite.CaseResult], quiet: bool) -> Table:
     return table
 
 
-def junit(results: list[suite.CaseResult], name: str, seconds: dict[Path, float]) -> ET.Element:
-    """The JUnit XML tree: one testsuite, one testcase per case (failure: mismatches; error: broken case)."""
-    failures = sum(1 for r in results if r.mismatches and not r.error)
-    errors = sum(1 for r in results if r.error)
-    root = ET.Element("testsuites", name="gpuguard test", tests=str(len(results)), failures=str(failures),
-                      errors=str(errors))
-    ts = ET.SubElement(root, "testsuite", name=name, tests=str(len(results)), failures=str(failures),
-                       errors=str(errors), skipped="0")
+def junit_suite(results: list[suite.CaseResult], name: str, seconds: dict[Path, float]) -> junit.Suite:
+    """One JUnit suite, one case per fixture case (failure: mismatches; error: a broken case)."""
+    cases = []
     for result in results:
-        case = ET.SubElement(ts, "testcase", name=result.case.name, classname=result.case.suite_root.name,
-                             time=f"{seconds.get(result.case.path, 0.0):.4f}")
+        case = junit.Case(result.case.name, result.case.suite_root.name, seconds.get(result.case.path, 0.0),
+                          output=result.description or None)
         if result.error:
-            ET.SubElement(case, "error", message=result.error, type="case-error").text = result.error
+            case.error = junit.Outcome(result.error, "case-error", result.error)
         elif result.mismatches:
-            ET.SubElement(case, "failure", message=result.mismatches[0], type="mismatch").text = \
-                "\n".join(result.mismatches)
-        if result.description:
-            ET.SubElement(case, "system-out").text = result.description
-    return root
+            case.failure = junit.Outcome(result.mismatches[0], "mismatch", "\n".join(result.mismatches))
+        cases.append(case)
+    return junit.Suite(name, cases)
+
+
+def _write_junit(target: str, root: ET.Element) -> None:
+    if target == "-":
+        junit.write(root, sys.stdout)
+        return
+    with open(target, "w", encoding="utf-8") as out:
+        junit.write(root, out)
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from gpuguard.webhook import suite
+
     try:
         cases = suite.discover(args.paths)
     except suite.SuiteError as exc:
         error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     results: list[suite.CaseResult] = []
     seconds: dict[Path, float] = {}
     for case in cases:
@@ -107,11 +115,5 @@ def run(args: argparse.Namespace) -> int:
     passed = len(results) - len(failed)
     console.print(f"\n{passed}/{len(results)} cases passed" + (f", {len(failed)} failed" if failed else ""))
     if args.junit:
-        tree = ET.ElementTree(junit(results, " ".join(args.paths), seconds))
-        ET.indent(tree)
-        if args.junit == "-":
-            tree.write(sys.stdout, encoding="unicode", xml_declaration=True)
-            sys.stdout.write("\n")
-        else:
-            tree.write(args.junit, encoding="utf-8", xml_declaration=True)
-    return EXIT_FAIL if failed else EXIT_PASS
+        _write_junit(args.junit, junit.build("gpuguard test", [junit_suite(results, " ".join(args.paths), seconds)]))
+    return ExitCode.FINDINGS if failed else ExitCode.OK

@@ -15,8 +15,7 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
+from gpuguard.webhook.exitcodes import ExitCode
 from gpuguard.workloads.kinds import KINDS
 
 MUTATE_PATH = "/mutate"
@@ -192,6 +191,8 @@ def match_conditions_for(config_path: str | None) -> list[dict[str, str]]:
 
 def render_yaml(documents: list[dict[str, Any]]) -> str:
     """The documents as multi-document YAML, key order preserved, with the "generated" header."""
+    import yaml
+
     body = yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False, explicit_start=True)
     return HEADER + body
 
@@ -247,15 +248,15 @@ def cmd_webhook_config(args: argparse.Namespace) -> int:
         )
     except WebhookConfigError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.USAGE
     sys.stdout.write(render_yaml(documents))
-    return 0
+    return ExitCode.OK
 
 
 def register(subparsers: Any) -> None:
     """Add ``webhook-config`` to the ``gpuguard`` parser."""
     parser = subparsers.add_parser(
-        "webhook-config", help="print the Mutating/ValidatingWebhookConfiguration YAML",
+        "webhook-config",
         description="Print gpuguard's MutatingWebhookConfiguration and ValidatingWebhookConfiguration, with "
                     "rules for every workload kind gpuguard understands.",
     )

@@ -3,6 +3,8 @@
 Every start-up problem — arguments, TLS files, the config, the listening address — is found
 here, before uvicorn starts, and reported as one ``gpuguard: error: …`` line with exit status
 2, never as a traceback.  The app itself is ``server.app``; one review is ``server.review``.
+``register`` needs argparse and the stdlib only; the server's modules (FastAPI, uvicorn, the
+engine) are imported when ``serve`` runs, so ``gpuguard serve --help`` stays light.
 """
 
 from __future__ import annotations
@@ -12,19 +14,12 @@ import os
 import socket
 import ssl
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuguard.webhook.server import filewatch, logs, tls
-from gpuguard.webhook.server.app import SETTINGS_ENV, create_app
-from gpuguard.webhook.server.namespaces import NamespaceLabels
-from gpuguard.webhook.server.state import (
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_READ_TIMEOUT,
-    Active,
-    ServeSettings,
-    build_active,
-)
+from gpuguard.webhook.server.limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT
+
+if TYPE_CHECKING:
+    from gpuguard.webhook.server.state import Active
 
 
 class StartupError(Exception):
@@ -35,6 +30,7 @@ def _dev_certs(out_dir: str) -> tuple[str, str]:
     """Reuse or issue a local CA and serving cert (127.0.0.1 SAN) in ``out_dir`` for local development."""
     from gpuguard.certs import CertError, write_bundle
     from gpuguard.certs.store import bundle_paths
+    from gpuguard.webhook.server import logs
 
     paths = bundle_paths(out_dir)
     if paths.tls_cert.exists() and paths.tls_key.exists():
@@ -66,6 +62,8 @@ def _tls_paths(args: argparse.Namespace) -> tuple[str, str]:
     else:
         raise StartupError("--tls-cert FILE and --tls-key FILE are required (the apiserver only calls "
                            "webhooks over HTTPS); for local development use --dev-certs DIR")
+    from gpuguard.webhook.server import tls
+
     _readable("TLS certificate", cert)
     _readable("TLS key", key)
     if args.tls_ca:
@@ -80,6 +78,7 @@ def _tls_paths(args: argparse.Namespace) -> tuple[str, str]:
 
 def _load(config_path: str | None) -> Active:
     from gpuguard.webhook.config import ConfigError
+    from gpuguard.webhook.server.state import build_active
 
     try:
         return build_active(config_path)
@@ -93,6 +92,7 @@ def _load(config_path: str | None) -> Active:
 
 def _check_kube_credentials(kubeconfig: str | None) -> None:
     from gpuguard.kubeapi.client import KubeConfigError
+    from gpuguard.webhook.server.namespaces import NamespaceLabels
 
     try:
         NamespaceLabels.from_kubeconfig(kubeconfig)
@@ -132,7 +132,10 @@ def _check_numbers(args: argparse.Namespace) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from gpuguard.webhook.server import logs, tls
+    from gpuguard.webhook.server.app import SETTINGS_ENV, create_app
     from gpuguard.webhook.server.protocol import GuardedHttpProtocol
+    from gpuguard.webhook.server.state import ServeSettings
 
     logs.configure(args.log_level)
     try:
@@ -180,10 +183,12 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: Any) -> None:
+    """Add ``serve`` to the ``gpuguard`` parser."""
+    from gpuguard.webhook.server.filewatch import DEFAULT_INTERVAL
+
     parser = subparsers.add_parser(
-        "serve", help="run the admission webhook server (HTTPS)",
-        description="Serve /mutate and /validate AdmissionReviews over HTTPS, with /healthz, /readyz and "
+        "serve", description="Serve /mutate and /validate AdmissionReviews over HTTPS, with /healthz, /readyz and "
                     "/metrics. The config file and the TLS cert/key are reloaded when they change.",
     )
     parser.add_argument("--config", metavar="FILE", help="GpuguardConfig YAML (default: the built-in config)")
@@ -202,8 +207,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=1,
                         help="worker processes (default: 1; >1 needs PROMETHEUS_MULTIPROC_DIR for metrics)")
     parser.add_argument("--max-body-bytes", type=int, metavar="N",
-                        help=f"413 for larger reviews (default: config, else {DEFAULT_MAX_BODY_BYTES})")
-    parser.add_argument("--reload-interval", type=float, default=filewatch.DEFAULT_INTERVAL, metavar="SECONDS",
+                        help="413 for larger reviews (default: the config's maxBodyBytes)")
+    parser.add_argument("--reload-interval", type=float, default=DEFAULT_INTERVAL, metavar="SECONDS",
                         help="how often to check the config and TLS files for changes (default: %(default)s)")
     parser.add_argument("--shutdown-timeout", type=int, default=20, metavar="SECONDS",
                         help="on SIGTERM, wait this long for in-flight reviews (default: %(default)s)")

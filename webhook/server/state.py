@@ -16,19 +16,13 @@ import orjson
 from gpuguard.webhook.config import DEFAULT_MAX_BODY_BYTES
 from gpuguard.webhook.objects import ApiLookup
 from gpuguard.webhook.server import filewatch, logs, metrics, scale, tls
+from gpuguard.webhook.server.limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT
 from gpuguard.webhook.server.namespaces import NamespaceLabels, profiles_use_labels
 
 if TYPE_CHECKING:
     from gpuguard.webhook.config import Config
     from gpuguard.webhook.engine.core import Engine
     from gpuguard.webhook.server.envelope import AdmissionRequest
-
-# The apiserver writes a whole review at once; 10 s covers a 3 MiB body on a slow link, and a
-# client that takes longer to send its request line, headers and body is dropped.
-DEFAULT_READ_TIMEOUT = 10.0
-# Each apiserver keeps a small pool of keep-alive connections; a thousand is far above any
-# real cluster's need and well below what exhausts the process's file descriptors.
-DEFAULT_MAX_CONNECTIONS = 1000
 
 
 @dataclass(frozen=True)

@@ -422,7 +422,7 @@ def test_inject_touches_nothing_when_one_configuration_is_missing(
     kubeconfig = str(apiserver.kubeconfig(tmp_path))
     code = _run(["certs", "inject", "--ca", str(bundle.ca_cert), "--kubeconfig", kubeconfig])
     err = capsys.readouterr().err
-    assert code == 1
+    assert code == 2
     assert err.startswith("gpuguard: error: ValidatingWebhookConfiguration 'gpuguard' not found")
     assert "Traceback" not in err
     assert not [r for r in apiserver.requests if r[0] == "PATCH"]
@@ -477,39 +477,39 @@ def test_cli_usage_errors_exit_2_without_traceback(
     assert "error:" in err and "Traceback" not in err
 
 
-def test_cli_renew_in_empty_dir_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert _run(["certs", "renew", "--dir", str(tmp_path)]) == 1
+def test_cli_renew_in_empty_dir_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(["certs", "renew", "--dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpuguard: error: no CA in") and "Traceback" not in err
 
 
-def test_cli_create_into_a_file_path_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_create_into_a_file_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    assert _run(["certs", "create", "--service", "s", "--namespace", "n", "--out", str(blocker)]) == 1
+    assert _run(["certs", "create", "--service", "s", "--namespace", "n", "--out", str(blocker)]) == 2
     assert capsys.readouterr().err.startswith("gpuguard: error:")
 
 
 def test_cli_inject_refuses_a_key_file(bundle: certs.BundlePaths, capsys: pytest.CaptureFixture[str]) -> None:
-    assert _run(["certs", "inject", "--ca", str(bundle.ca_key)]) == 1
+    assert _run(["certs", "inject", "--ca", str(bundle.ca_key)]) == 2
     assert "private key" in capsys.readouterr().err
 
 
-def test_cli_inject_unreachable_api_exits_1(
+def test_cli_inject_unreachable_api_exits_2(
     bundle: certs.BundlePaths, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake = FakeApiserver({})
     kubeconfig = fake.kubeconfig(tmp_path)
     fake.server.server_close()  # the port is now closed: connection refused
-    assert _run(["certs", "inject", "--ca", str(bundle.ca_cert), "--kubeconfig", str(kubeconfig)]) == 1
+    assert _run(["certs", "inject", "--ca", str(bundle.ca_cert), "--kubeconfig", str(kubeconfig)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpuguard: error: cannot reach the Kubernetes API") and "Traceback" not in err
 
 
-def test_cli_inject_bad_kubeconfig_exits_1(
+def test_cli_inject_bad_kubeconfig_exits_2(
     bundle: certs.BundlePaths, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert _run(["certs", "inject", "--ca", str(bundle.ca_cert), "--kubeconfig", str(tmp_path / "none")]) == 1
+    assert _run(["certs", "inject", "--ca", str(bundle.ca_cert), "--kubeconfig", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpuguard: error:") and "Traceback" not in err
 
@@ -522,4 +522,4 @@ def test_certs_without_subcommand_prints_help(capsys: pytest.CaptureFixture[str]
 def test_registered_in_the_gpuguard_entry_point() -> None:
     from gpuguard.webhook import main
 
-    assert "gpuguard.certs.cli" in main.SUBCOMMAND_MODULES
+    assert main.VERBS["certs"].module == "gpuguard.certs.cli"

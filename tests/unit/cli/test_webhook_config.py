@@ -200,8 +200,8 @@ def test_cli_service_namespace_defaults_the_exclusion(capsys: pytest.CaptureFixt
     ["--url", "https://127.0.0.1:8443", "--port", "8443"],
     ["--service", "gpuguard/gpuguard", "--ca", "/nonexistent/ca.crt"],
 ])
-def test_cli_bad_values_exit_1_without_traceback(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert _run(argv) == 1
+def test_cli_bad_values_exit_2_without_traceback(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(argv) == 2
     captured = capsys.readouterr()
     assert captured.err.startswith("gpuguard: error:") and "Traceback" not in captured.err
     assert captured.out == ""
@@ -209,7 +209,7 @@ def test_cli_bad_values_exit_1_without_traceback(argv: list[str], capsys: pytest
 
 def test_cli_refuses_a_private_key_as_ca(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     paths = write_bundle(tmp_path / "pki", "gpuguard", "gpuguard")
-    assert _run(["--service", "gpuguard/gpuguard", "--ca", str(paths.ca_key)]) == 1
+    assert _run(["--service", "gpuguard/gpuguard", "--ca", str(paths.ca_key)]) == 2
     assert "private key" in capsys.readouterr().err
 
 
@@ -230,7 +230,7 @@ def test_cli_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[
 def test_registered_in_the_gpuguard_entry_point() -> None:
     from gpuguard.webhook import main
 
-    assert "gpuguard.webhook.cli.webhook_config" in main.SUBCOMMAND_MODULES
+    assert main.VERBS["webhook-config"].module == "gpuguard.webhook.cli.webhook_config"
 
 
 def test_scale_subresources_are_validated_not_mutated() -> None:

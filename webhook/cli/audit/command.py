@@ -6,6 +6,8 @@ format; every decision comes from ``gpuguard.webhook.engine.core`` and every cou
 above ``--fail-on``, 2 usage, config, input or cluster errors (2 wins over 1: an audit that
 could not read everything must not pass as merely "has findings").  No traceback reaches
 users: errors are one ``gpuguard: error: ...`` line (``GPUGUARD_DEBUG=1`` re-raises).
+The engine, the config, rich and the kubernetes client are imported by the functions that run
+the audit, so ``gpuguard audit --help`` loads none of them.
 """
 
 from __future__ import annotations
@@ -15,29 +17,23 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.syntax import Syntax
-
-from gpuguard.kubeapi.client import custom_objects
-from gpuguard.webhook import manifests
-from gpuguard.webhook.catalog import load_catalog
-from gpuguard.webhook.cli.audit import cost, mutation
 from gpuguard.webhook.cli.audit.formats import FORMATS, HUMAN_FORMATS, RenderOptions, render
-from gpuguard.webhook.cli.audit.run import EXIT_ERROR, FAIL_ON, AuditItem, AuditReport, evaluate_all, file_context
+from gpuguard.webhook.cli.audit.run import FAIL_ON, AuditItem, AuditReport
 from gpuguard.webhook.cli.common import UsageError, error, guard
-from gpuguard.webhook.objects import ApiLookup, StaticLookup
-from gpuguard.workloads.claims import StaticClaims
+from gpuguard.webhook.exitcodes import ExitCode
 
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from gpuguard.webhook import manifests
+    from gpuguard.webhook.cli.audit import cost
 
 def register(subparsers: Any) -> None:
     """Add ``audit`` to the ``gpuguard`` command."""
     parser = subparsers.add_parser(
-        "audit", help="what gpuguard would change and reject, for manifests or a live cluster",
-        description="Evaluate manifests (files, folders, - for stdin) or a live cluster's workloads with the "
+        "audit", description="Evaluate manifests (files, folders, - for stdin) or a live cluster's workloads with the "
         "webhook's engine, without changing anything, and report what would be denied, warned about and "
         "changed, with an estimate of the GPU cost at risk.",
         epilog="Exit codes: 0 nothing at or above --fail-on; 1 findings at or above --fail-on; 2 usage, "
@@ -103,6 +99,8 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 
 
 def _check_flags(args: argparse.Namespace) -> None:
+    from gpuguard.webhook.manifests import STDIN
+
     if not args.paths and not args.cluster:
         raise UsageError("nothing to audit: give manifest paths (or - for stdin) or --cluster")
     if args.all_namespaces and args.namespace:
@@ -112,7 +110,7 @@ def _check_flags(args: argparse.Namespace) -> None:
                             ("--context", args.context)):
             if value:
                 raise UsageError(f"{flag} needs --cluster")
-    if args.paths.count(manifests.STDIN) > 1:
+    if args.paths.count(STDIN) > 1:
         raise UsageError("- (stdin) can be given once")
     if args.diff and args.format not in HUMAN_FORMATS and not args.output:
         raise UsageError(f"--diff prints to stdout, so --format {args.format} needs --output FILE")
@@ -128,6 +126,9 @@ def _progress(enabled: bool) -> Iterator[Progress | None]:
     if not enabled:
         yield None
         return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[objects]} objects"), TimeElapsedColumn(),
                         console=Console(stderr=True), transient=True)
@@ -138,17 +139,23 @@ def _progress(enabled: bool) -> Iterator[Progress | None]:
 def run_audit(args: argparse.Namespace) -> int:
     _check_flags(args)
     labels = _labels(args.namespace_label)
-    from gpuguard.webhook.config import ConfigError, load_config  # late: `gpuguard --help` stays fast
+    from gpuguard.webhook import manifests
+    from gpuguard.webhook.catalog import load_catalog
+    from gpuguard.webhook.cli.audit import cost
+    from gpuguard.webhook.cli.audit.run import evaluate_all, file_context
+    from gpuguard.webhook.config import ConfigError, load_config
     from gpuguard.webhook.engine.core import Engine
+    from gpuguard.webhook.objects import StaticLookup
+    from gpuguard.workloads.claims import StaticClaims
 
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         error(str(exc))
-        return EXIT_ERROR
+        return ExitCode.USAGE
     except OSError as exc:
         error(f"{args.config}: {exc.strerror or exc}")
-        return EXIT_ERROR
+        return ExitCode.USAGE
     engine = Engine(config)
     prices = cost.Prices.from_config(config)
     items: list[AuditItem] = []
@@ -206,13 +213,18 @@ def run_audit(args: argparse.Namespace) -> int:
 
 def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, items: list[AuditItem],
                    progress: Progress | None) -> int | tuple[str, list[str], list[str]]:
+    from dataclasses import replace
+
+    from gpuguard.kubeapi.client import custom_objects
     from gpuguard.webhook.cli.audit.cluster import ClusterError, ClusterLister, connect
+    from gpuguard.webhook.cli.audit.run import evaluate_all
+    from gpuguard.webhook.objects import ApiLookup
 
     try:
         conn = connect(args.kubeconfig, args.context)
     except ClusterError as exc:
         error(str(exc))
-        return EXIT_ERROR
+        return ExitCode.USAGE
     namespace = None if args.all_namespaces else (args.namespace or conn.namespace)
     if namespace and not args.namespace:
         _note(f"auditing namespace {namespace!r} of context {conn.context!r} (-A for every namespace)")
@@ -239,7 +251,7 @@ def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, i
         items.extend(evaluate_all(pairs, engine.evaluate, prices, on_item=on_item))
     except ClusterError as exc:
         error(str(exc))
-        return EXIT_ERROR
+        return ExitCode.USAGE
     finally:
         with contextlib.suppress(Exception):
             conn.api.close()
@@ -277,6 +289,11 @@ def _write(report: AuditReport, args: argparse.Namespace) -> None:
 
 def _print_diffs(report: AuditReport) -> None:
     """``--diff`` with a machine format: the diffs go to stdout, the report to --output."""
+    from rich.console import Console
+    from rich.syntax import Syntax
+
+    from gpuguard.webhook.cli.audit import mutation
+
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     console = Console(force_terminal=color, no_color=not color, highlight=False) if color else None
     for item in report.workloads:

@@ -23,12 +23,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuguard.webhook.config import Cost
-from gpuguard.webhook.decision import Decision
 from gpuguard.workloads.kinds import lookup
 from gpuguard.workloads.paths import get_path
+
+if TYPE_CHECKING:
+    from gpuguard.webhook.config import Cost
+    from gpuguard.webhook.decision import Decision
 
 HOURS_PER_DAY = 24
 
@@ -67,16 +69,25 @@ def _matching(table: Mapping[str, float], key: str, *, fold_case: bool = False) 
     return None
 
 
+def _default_cost() -> Cost:
+    """The config schema's default prices (imported here: the schema loads pydantic)."""
+    from gpuguard.webhook.config import Cost
+
+    return Cost()
+
+
 @dataclass(frozen=True)
 class Prices:
     """GPU prices per GPU-hour: by resource name and by GPU product label value."""
 
-    gpu_hourly_usd: Mapping[str, float] = field(default_factory=lambda: Cost().gpu_hourly_usd)
-    product_hourly_usd: Mapping[str, float] = field(default_factory=lambda: Cost().product_hourly_usd)
+    gpu_hourly_usd: Mapping[str, float] = field(default_factory=lambda: _default_cost().gpu_hourly_usd)
+    product_hourly_usd: Mapping[str, float] = field(default_factory=lambda: _default_cost().product_hourly_usd)
 
     @classmethod
     def from_config(cls, config: Any) -> Prices:
         """The config's ``cost`` section (its defaults, ``gpuguard.webhook.config.Cost``, where the file has none)."""
+        from gpuguard.webhook.config import Cost
+
         cost = getattr(config, "cost", None)
         cost = cost if isinstance(cost, Cost) else Cost()
         return cls(dict(cost.gpu_hourly_usd), dict(cost.product_hourly_usd))

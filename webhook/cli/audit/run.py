@@ -10,16 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuguard.webhook.catalog import PolicyInfo
 from gpuguard.webhook.cli.audit import cost
 from gpuguard.webhook.decision import Decision, RequestContext
-from gpuguard.webhook.manifests import Document
+from gpuguard.webhook.exitcodes import ExitCode
 
-FAIL_ON = ("deny", "warn", "never")
+if TYPE_CHECKING:
+    from gpuguard.webhook.catalog import PolicyInfo
+    from gpuguard.webhook.manifests import Document
+
+# --fail-on level -> the verdicts that fail the audit (exit 1) at that level
+FAILING: dict[str, frozenset[str]] = {"deny": frozenset({"deny"}), "warn": frozenset({"deny", "warn"}),
+                                      "never": frozenset()}
+FAIL_ON = tuple(FAILING)
 VERDICTS = ("deny", "warn", "audit")
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 ENGINE_ERROR = "engine-error"
 NO_NAMESPACE = "(none)"
 
@@ -217,14 +222,14 @@ class AuditReport:
         """2 for any input or engine error (the audit is incomplete: that wins), else 1 for
         findings at or above ``fail_on``, else 0.  Mutations are not findings."""
         if self.errors or self.extra_errors:
-            return EXIT_ERROR
-        failing = {"deny": {"deny"}, "warn": {"deny", "warn"}, "never": set()}[self.fail_on]
+            return ExitCode.USAGE
+        failing = FAILING[self.fail_on]
         for item in self.workloads:
             if any(v.verdict in failing for v in item.violations):
-                return EXIT_FINDINGS
+                return ExitCode.FINDINGS
             if "deny" in failing and item.decision is not None and not item.decision.allowed:
-                return EXIT_FINDINGS
-        return EXIT_CLEAN
+                return ExitCode.FINDINGS
+        return ExitCode.OK
 
     def summary(self) -> dict[str, Any]:
         """The ``summary`` object of the JSON output (see docs/audit.md for each key)."""

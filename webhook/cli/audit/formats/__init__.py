@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from gpuguard.webhook.cli.audit.run import AuditReport
+if TYPE_CHECKING:
+    from gpuguard.webhook.cli.audit.run import AuditReport
 
 # format name -> module (under gpuguard.webhook.cli.audit.formats)
 FORMATS: dict[str, str] = {

@@ -1,0 +1,10 @@
+"""The serving limits' defaults, stdlib-only so ``gpuguard serve --help`` can show them without loading the server."""
+
+from __future__ import annotations
+
+# The apiserver writes a whole review at once; 10 s covers a 3 MiB body on a slow link, and a
+# client that takes longer to send its request line, headers and body is dropped.
+DEFAULT_READ_TIMEOUT = 10.0
+# Each apiserver keeps a small pool of keep-alive connections; a thousand is far above any
+# real cluster's need and well below what exhausts the process's file descriptors.
+DEFAULT_MAX_CONNECTIONS = 1000
