@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy
+from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads.paths import dicts, dotted, get_path
 from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
 
@@ -82,9 +82,9 @@ def _describe(volume: dict, settings: Settings) -> tuple[bool, str]:
 
 
 def _claim_policies(view: WorkloadView) -> dict[str, tuple[bool, str]]:
-    """Claims a controller adds outside the pod spec, by name (``KindSpec.claims``)."""
+    """Claims a controller adds outside the pod spec, by name (``KindSpec.volume_claims``)."""
     out: dict[str, tuple[bool, str]] = {}
-    claims = view.kind.claims
+    claims = view.kind.volume_claims
     if claims is None:
         return out
     kind = view.kind.kind
@@ -107,7 +107,7 @@ def _claim_policies(view: WorkloadView) -> dict[str, tuple[bool, str]]:
 def _volcano_mounts(view: WorkloadView) -> list[Mount]:
     """Volcano-style ``spec.volumes[]``: mounted into every container by the kind's controller."""
     mounts: list[Mount] = []
-    claims = view.kind.claims
+    claims = view.kind.volume_claims
     if claims is None or claims.style != "volcano-volumes":
         return mounts
     for _, vol in dicts(get_path(view.obj, claims.path)):
@@ -234,25 +234,5 @@ POLICY = ValidatingPolicy(
     "benchmarks) needs none.",
     rationale="A preempted or OOM-killed training pod restarts from its last checkpoint; if that lived on "
     "ephemeral storage, every GPU-hour since the start is lost.",
-    example="""\
-apiVersion: batch/v1
-kind: Job
-metadata: {name: train, namespace: ml}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: trainer
-        image: ghcr.io/example/train:1
-        resources:
-          limits: {nvidia.com/gpu: 1}
-        env:
-        - {name: CHECKPOINT_DIR, value: /checkpoints/run-42}
-        volumeMounts:
-        - {name: ckpt, mountPath: /checkpoints}
-      volumes:
-      - name: ckpt
-        persistentVolumeClaim: {claimName: team-checkpoints}
-""",
+    cpu_scope=accelerator_objects_only,
 )

@@ -26,7 +26,7 @@ from decimal import Decimal
 
 from pydantic import Field, field_validator
 
-from gpuguard.policies.base import ConfigModel, MutatingPolicy, PolicySettings
+from gpuguard.policies.base import ConfigModel, CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
 from gpuguard.workloads import quantity
 from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
 
@@ -124,6 +124,11 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
+def cpu_scope(settings: Settings) -> CpuScope:
+    """Pods without GPUs too when ``applyToNonGpuPods`` is on."""
+    return cpu_objects_if(settings.apply_to_non_gpu_pods)
+
+
 POLICY = MutatingPolicy(
     id="default-resources",
     title="Size CPU, memory and ephemeral storage per accelerator",
@@ -136,19 +141,5 @@ POLICY = MutatingPolicy(
     "(its budget).",
     rationale="A GPU pod with only a GPU limit is BestEffort: evicted first under memory pressure and "
     "free to starve its data loaders; right-sized requests keep a node's GPUs usable.",
-    example="""\
-apiVersion: batch/v1
-kind: Job
-metadata: {name: train, namespace: ml}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: trainer
-        image: ghcr.io/example/train:1
-        resources:
-          requests: {cpu: "8", memory: 64Gi, ephemeral-storage: 50Gi}
-          limits: {nvidia.com/gpu: 1, memory: 64Gi, ephemeral-storage: 100Gi}
-""",
+    cpu_scope=cpu_scope,
 )

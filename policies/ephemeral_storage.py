@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpuguard.policies.base import Action, Finding, PolicySettings, ValidatingPolicy
+from gpuguard.policies.base import Action, Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads.view import WorkloadView
 
 
@@ -43,23 +43,5 @@ POLICY = ValidatingPolicy(
     "ephemeral-storage limit.",
     rationale="A pod that fills the node's disk is evicted, and disk pressure can evict the node's other GPU "
     "pods with it.",
-    example="""\
-apiVersion: batch/v1
-kind: Job
-metadata: {name: train, namespace: ml}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: trainer
-        image: ghcr.io/example/train:1
-        resources:
-          limits: {nvidia.com/gpu: 1, ephemeral-storage: 100Gi}
-        volumeMounts:
-        - {name: cache, mountPath: /cache}
-      volumes:
-      - name: cache
-        emptyDir: {sizeLimit: 100Gi}
-""",
+    cpu_scope=accelerator_objects_only,
 )

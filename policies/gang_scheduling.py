@@ -26,7 +26,7 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy
+from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads.kinds import Gang, KindSpec
 from gpuguard.workloads.paths import dotted, get_path
 from gpuguard.workloads.view import PodTemplate, WorkloadView
@@ -127,33 +127,5 @@ POLICY = ValidatingPolicy(
     "annotation (`schedulerName` alone is a PodGroup of one). Only pods holding GPUs at once count.",
     rationale="Without all-or-nothing scheduling, partial jobs hold GPUs waiting for peers that never start; "
     "two such jobs can deadlock a cluster.",
-    example="""\
-apiVersion: kubeflow.org/v1
-kind: PyTorchJob
-metadata: {name: train, namespace: ml}
-spec:
-  runPolicy:
-    schedulingPolicy: {minAvailable: 4}
-  pytorchReplicaSpecs:
-    Master:
-      replicas: 1
-      template:
-        spec:
-          schedulerName: volcano
-          containers:
-          - name: pytorch
-            image: ghcr.io/example/train:1
-            resources:
-              limits: {nvidia.com/gpu: 8}
-    Worker:
-      replicas: 3
-      template:
-        spec:
-          schedulerName: volcano
-          containers:
-          - name: pytorch
-            image: ghcr.io/example/train:1
-            resources:
-              limits: {nvidia.com/gpu: 8}
-""",
+    cpu_scope=accelerator_objects_only,
 )

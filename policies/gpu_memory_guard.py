@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy
+from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads import quantity
 from gpuguard.workloads.view import PodTemplate, WorkloadView
 
@@ -71,18 +71,5 @@ POLICY = ValidatingPolicy(
     "memory limit counts); warns when memory per device is under a floor (16Gi, its fraction for a slice).",
     rationale="A BestEffort GPU pod is evicted first under memory pressure and an unbounded one can OOM-kill "
     "its neighbours: either way GPU-hours of work are lost.",
-    example="""\
-apiVersion: batch/v1
-kind: Job
-metadata: {name: train, namespace: ml}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: trainer
-        image: ghcr.io/example/train:1
-        resources:
-          limits: {nvidia.com/gpu: 2, memory: 128Gi}
-""",
+    cpu_scope=accelerator_objects_only,
 )

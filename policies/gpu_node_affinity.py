@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuguard.policies.base import MutatingPolicy, PolicySettings
+from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
 from gpuguard.workloads.paths import child_dict, child_list, dicts
 from gpuguard.workloads.view import PodTemplate, WorkloadView
 
@@ -89,6 +89,11 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
+def cpu_scope(settings: Settings) -> CpuScope:
+    """Pods without accelerators too when ``keepNonGpuPodsOff`` is on."""
+    return cpu_objects_if(settings.keep_non_gpu_pods_off)
+
+
 POLICY = MutatingPolicy(
     id="gpu-node-affinity",
     title="Require accelerator nodes for accelerator pods",
@@ -100,22 +105,5 @@ POLICY = MutatingPolicy(
     "optionally keeps pods without accelerators off accelerator nodes.",
     rationale="Without it a GPU pod can wait on CPU-only nodes the autoscaler keeps adding, and CPU pods "
     "can fill the GPU nodes' CPU and memory so GPUs sit idle.",
-    example="""\
-apiVersion: v1
-kind: Pod
-metadata: {name: train, namespace: ml}
-spec:
-  restartPolicy: Never
-  affinity:
-    nodeAffinity:
-      requiredDuringSchedulingIgnoredDuringExecution:
-        nodeSelectorTerms:
-        - matchExpressions:
-          - {key: nvidia.com/gpu.present, operator: In, values: ["true"]}
-  containers:
-  - name: trainer
-    image: ghcr.io/example/train:1
-    resources:
-      limits: {nvidia.com/gpu: 1}
-""",
+    cpu_scope=cpu_scope,
 )

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy
+from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads import quantity
 from gpuguard.workloads.paths import dotted
 from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
@@ -109,18 +109,5 @@ POLICY = ValidatingPolicy(
     "resolve.",
     rationale="A request no node can satisfy pends forever; a bad template in a PyTorchJob fails pod by pod "
     "while the pods that did start hold GPUs idle.",
-    example="""\
-apiVersion: batch/v1
-kind: Job
-metadata: {name: train, namespace: ml}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: trainer
-        image: ghcr.io/example/train:1
-        resources:
-          limits: {nvidia.com/gpu: 8}
-""",
+    cpu_scope=accelerator_objects_only,
 )

@@ -11,7 +11,7 @@ ExtendedResourceToleration plugin never pile up duplicates.
 
 from __future__ import annotations
 
-from gpuguard.policies.base import MutatingPolicy, PolicySettings
+from gpuguard.policies.base import MutatingPolicy, PolicySettings, accelerator_objects_only
 from gpuguard.workloads.paths import child_list, dicts
 from gpuguard.workloads.view import WorkloadView
 
@@ -62,18 +62,5 @@ POLICY = MutatingPolicy(
     "unless an equal or wider toleration is already there.",
     rationale="GPU node pools are tainted to keep CPU pods off; a GPU pod without the toleration pends "
     "forever while its job's clock runs.",
-    example="""\
-apiVersion: v1
-kind: Pod
-metadata: {name: train, namespace: ml}
-spec:
-  restartPolicy: Never
-  tolerations:
-  - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
-  containers:
-  - name: trainer
-    image: ghcr.io/example/train:1
-    resources:
-      limits: {nvidia.com/gpu: 1}
-""",
+    cpu_scope=accelerator_objects_only,
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpuguard.policies.base import Action, Finding, PolicySettings, ValidatingPolicy
+from gpuguard.policies.base import Action, Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads.paths import dotted, get_path
 from gpuguard.workloads.view import WorkloadView
 
@@ -44,30 +44,5 @@ POLICY = ValidatingPolicy(
     "(`shutdownAfterJobFinishes: false`), with the GPU-hours a day the idle cluster holds.",
     rationale="KubeRay keeps a finished RayJob's cluster unless told to shut it down: every GPU of it stays "
     "allocated, idle, until someone notices.",
-    example="""\
-apiVersion: ray.io/v1
-kind: RayJob
-metadata: {name: train, namespace: ml}
-spec:
-  entrypoint: python train.py
-  shutdownAfterJobFinishes: true
-  ttlSecondsAfterFinished: 3600
-  rayClusterSpec:
-    headGroupSpec:
-      template:
-        spec:
-          containers:
-          - name: ray-head
-            image: rayproject/ray:2.40.0
-    workerGroupSpecs:
-    - groupName: gpu
-      replicas: 2
-      template:
-        spec:
-          containers:
-          - name: ray-worker
-            image: rayproject/ray:2.40.0
-            resources:
-              limits: {nvidia.com/gpu: 1}
-""",
+    cpu_scope=accelerator_objects_only,
 )

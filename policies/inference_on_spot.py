@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from gpuguard.policies.base import Action, Finding, PolicySettings, ValidatingPolicy
+from gpuguard.policies.base import Action, Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads.paths import dicts
 from gpuguard.workloads.view import PodTemplate, WorkloadView
 
@@ -69,24 +69,5 @@ POLICY = ValidatingPolicy(
     "spot/preemptible nodes.",
     rationale="Spot nodes are reclaimed with seconds of notice: cheap for checkpointed training, an outage for "
     "a model server.",
-    example="""\
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: serve, namespace: ml}
-spec:
-  replicas: 2
-  selector:
-    matchLabels: {app: serve}
-  template:
-    metadata:
-      labels: {app: serve}
-    spec:
-      nodeSelector:
-        karpenter.sh/capacity-type: on-demand
-      containers:
-      - name: server
-        image: ghcr.io/example/serve:1
-        resources:
-          limits: {nvidia.com/gpu: 1}
-""",
+    cpu_scope=accelerator_objects_only,
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuguard.policies.base import ConfigModel, MutatingPolicy, PolicySettings
+from gpuguard.policies.base import ConfigModel, MutatingPolicy, PolicySettings, accelerator_objects_only
 from gpuguard.workloads.paths import set_int_field
 from gpuguard.workloads.view import WorkloadView
 
@@ -61,20 +61,5 @@ POLICY = MutatingPolicy(
     "user values stay.",
     rationale="A hung or crash-looping GPU job bills every GPU-hour until a human notices; over a weekend "
     "that is 60 hours per GPU.",
-    example="""\
-apiVersion: batch/v1
-kind: Job
-metadata: {name: train, namespace: ml}
-spec:
-  backoffLimit: 3
-  activeDeadlineSeconds: 86400
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: trainer
-        image: ghcr.io/example/train:1
-        resources:
-          limits: {nvidia.com/gpu: 1}
-""",
+    cpu_scope=accelerator_objects_only,
 )

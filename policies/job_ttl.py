@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuguard.policies.base import MutatingPolicy, PolicySettings
+from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
 from gpuguard.workloads.paths import get_path, set_int_field
 from gpuguard.workloads.view import WorkloadView
 
@@ -50,6 +50,11 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return set_int_field(view.obj, fields.ttl, settings.ttl_seconds_after_finished, cap) or changed
 
 
+def cpu_scope(settings: Settings) -> CpuScope:
+    """CPU jobs too when ``gpuOnly`` is off."""
+    return cpu_objects_if(not settings.gpu_only)
+
+
 POLICY = MutatingPolicy(
     id="job-ttl",
     title="Delete finished jobs after a TTL",
@@ -61,19 +66,5 @@ POLICY = MutatingPolicy(
     "RayJob also sets `shutdownAfterJobFinishes: true` unless the user set it false.",
     rationale="Finished jobs that are never deleted keep their pods, claims and (for RayJob) whole clusters "
     "around, holding quota and sometimes GPUs.",
-    example="""\
-apiVersion: batch/v1
-kind: Job
-metadata: {name: train, namespace: ml}
-spec:
-  ttlSecondsAfterFinished: 86400
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: trainer
-        image: ghcr.io/example/train:1
-        resources:
-          limits: {nvidia.com/gpu: 1}
-""",
+    cpu_scope=cpu_scope,
 )

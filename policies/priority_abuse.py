@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy
+from gpuguard.policies.base import CpuScope, Finding, PolicySettings, ValidatingPolicy
 from gpuguard.workloads.paths import get_path
 from gpuguard.workloads.view import WorkloadView
 
@@ -44,6 +44,11 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                           "training-standard / notebook-dev")
 
 
+def cpu_scope(settings: Settings) -> CpuScope:
+    """Any object using a reserved class, accelerators or not: a CPU pod may borrow the inference class too."""
+    return CpuScope(priority_classes=frozenset(settings.reserved))
+
+
 POLICY = ValidatingPolicy(
     id="priority-abuse",
     title="Inference priority is for inference",
@@ -52,19 +57,5 @@ POLICY = ValidatingPolicy(
     description="Rejects training and notebook workloads that use a priority class reserved for inference.",
     rationale="The inference class preempts: a training job that borrows it evicts model servers to take "
     "their GPUs.",
-    example="""\
-apiVersion: batch/v1
-kind: Job
-metadata: {name: train, namespace: ml}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      priorityClassName: training-standard
-      containers:
-      - name: trainer
-        image: ghcr.io/example/train:1
-        resources:
-          limits: {nvidia.com/gpu: 1}
-""",
+    cpu_scope=cpu_scope,
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuguard.policies.base import MutatingPolicy, PolicySettings
+from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
 from gpuguard.workloads.view import WorkloadView
 
 
@@ -44,6 +44,11 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     return changed
 
 
+def cpu_scope(settings: Settings) -> CpuScope:
+    """CPU workloads too when ``gpuOnly`` is off."""
+    return cpu_objects_if(not settings.gpu_only)
+
+
 POLICY = MutatingPolicy(
     id="priority-class",
     title="Priority class by workload class",
@@ -54,19 +59,5 @@ POLICY = MutatingPolicy(
     "`spec.preemptionPolicy` there (pod or template) so the apiserver recomputes them.",
     rationale="Without classes a notebook can hold the GPUs a production model server needs, and nothing "
     "tells the scheduler which pod to preempt.",
-    example="""\
-apiVersion: batch/v1
-kind: Job
-metadata: {name: train, namespace: ml}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      priorityClassName: training-standard
-      containers:
-      - name: trainer
-        image: ghcr.io/example/train:1
-        resources:
-          limits: {nvidia.com/gpu: 1}
-""",
+    cpu_scope=cpu_scope,
 )

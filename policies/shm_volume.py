@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuguard.policies.base import MutatingPolicy, PolicySettings
+from gpuguard.policies.base import MutatingPolicy, PolicySettings, accelerator_objects_only
 from gpuguard.workloads import quantity
 from gpuguard.workloads.paths import child_list, dicts
 from gpuguard.workloads.view import PodTemplate, WorkloadView
@@ -109,23 +109,5 @@ POLICY = MutatingPolicy(
     "JVM executors), and the pods those operators create.",
     rationale="PyTorch DataLoader workers share batches through /dev/shm; on the 64 MiB default they die "
     "with a bus error hours into a run.",
-    example="""\
-apiVersion: batch/v1
-kind: Job
-metadata: {name: train, namespace: ml}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: trainer
-        image: ghcr.io/example/train:1
-        resources:
-          limits: {nvidia.com/gpu: 1}
-        volumeMounts:
-        - {name: dshm, mountPath: /dev/shm}
-      volumes:
-      - name: dshm
-        emptyDir: {medium: Memory, sizeLimit: 16Gi}
-""",
+    cpu_scope=accelerator_objects_only,
 )

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy
+from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView
 
 
@@ -67,31 +67,6 @@ POLICY = ValidatingPolicy(
     "class unless the namespace's profile allows it.",
     rationale="The kind's class is often wrong (a batch-inference RayJob, an RL-training RayCluster); a label "
     "fixes the checks, but must not buy the preempting inference priority.",
-    example="""\
-apiVersion: ray.io/v1
-kind: RayJob
-metadata:
-  name: embed-corpus
-  namespace: ml
-  labels: {gpuguard.io/workload-class: batch-inference}
-spec:
-  entrypoint: python embed.py
-  rayClusterSpec:
-    headGroupSpec:
-      template:
-        spec:
-          containers:
-          - name: ray-head
-            image: rayproject/ray:2.40.0
-    workerGroupSpecs:
-    - groupName: gpu
-      replicas: 2
-      template:
-        spec:
-          containers:
-          - name: ray-worker
-            image: rayproject/ray:2.40.0
-            resources:
-              limits: {nvidia.com/gpu: 1}
-""",
+    # A declared class changes nothing on a CPU object (priority-class is GPU-only unless switched).
+    cpu_scope=accelerator_objects_only,
 )

@@ -12,16 +12,17 @@ again, and their workload class is their parent's.
 * the request's ``userInfo.username`` is that controller's identity — kube-controller-manager's
   per-controller service accounts (``--use-service-account-credentials``, the default of every
   kubeadm/managed cluster) or its own user ``system:kube-controller-manager``, and the operators'
-  service accounts this table or the config names;
+  service accounts the kind table or the config names;
 * the object's ``controller: true`` ownerReference points at a kind that controller creates this
   kind for (a ReplicaSet owned by a Deployment, from the deployment controller).
 
 Object content alone (ownerReferences, labels, annotations) never grants anything: a user can
 write any ownerReference, but cannot send a request as ``replicaset-controller``.
 
-The operators' service account names below are those of their upstream install manifests and
-Helm charts in their default namespaces; an admin whose operator runs elsewhere overrides the
-entry by name in ``trustedControllers`` (see ``docs/admin.md``).
+Which operator creates which kind, and under which service accounts, is declared with each kind
+(``KindSpec.controllers``; the accounts are those of the operators' upstream install manifests
+and Helm charts in their default namespaces); an admin whose operator runs elsewhere overrides
+the entry by name in ``trustedControllers`` (see ``docs/admin.md``).
 """
 
 from __future__ import annotations
@@ -30,118 +31,33 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuguard.workloads.kinds import KINDS, KindSpec
+
 # The GroupKind notation used in the config: "Pod" (core group), "apps/ReplicaSet", "batch/Job".
 GroupKind = tuple[str, str]
 
-KCM_USER = "system:kube-controller-manager"
+
+def group_kind_text(group: str, kind: str) -> str:
+    """``("apps", "ReplicaSet")`` -> ``"apps/ReplicaSet"``; ``("", "Pod")`` -> ``"Pod"``."""
+    return f"{group}/{kind}" if group else kind
 
 
-def kcm_sa(name: str) -> str:
-    """kube-controller-manager's per-controller identity, e.g. ``replicaset-controller``."""
-    return f"system:serviceaccount:kube-system:{name}"
+def defaults_from(kinds: Iterable[KindSpec]) -> dict[str, dict[str, Any]]:
+    """The ``trustedControllers`` entries the kinds' ``controllers`` declare, in the config's shape:
+    name -> {users, creates: [{owner, kind[, mutate]}]}, in kind-table order."""
+    table: dict[str, dict[str, Any]] = {}
+    for spec in kinds:
+        for made in spec.controllers:
+            entry = table.setdefault(made.operator.name, {"users": list(made.operator.users), "creates": []})
+            owner = made.owner or group_kind_text(spec.group, spec.kind)
+            entry["creates"] += [{"owner": owner, "kind": kind, **({"mutate": True} if made.mutate else {})}
+                                 for kind in made.kinds]
+    return table
 
 
-# name -> (usernames, [(owner GroupKind, created GroupKind), ...]).  The defaults an admin's
-# ``trustedControllers`` entries override by name.
-DEFAULT_TRUSTED_CONTROLLERS: dict[str, dict[str, Any]] = {
-    "replicaset-controller": {
-        "users": [kcm_sa("replicaset-controller"), KCM_USER],
-        "creates": [{"owner": "apps/ReplicaSet", "kind": "Pod"}],
-    },
-    "deployment-controller": {
-        "users": [kcm_sa("deployment-controller"), KCM_USER],
-        "creates": [{"owner": "apps/Deployment", "kind": "apps/ReplicaSet"}],
-    },
-    "statefulset-controller": {
-        "users": [kcm_sa("statefulset-controller"), KCM_USER],
-        "creates": [{"owner": "apps/StatefulSet", "kind": "Pod"}],
-    },
-    "daemonset-controller": {
-        "users": [kcm_sa("daemon-set-controller"), KCM_USER],
-        "creates": [{"owner": "apps/DaemonSet", "kind": "Pod"}],
-    },
-    "job-controller": {
-        "users": [kcm_sa("job-controller"), KCM_USER],
-        "creates": [{"owner": "batch/Job", "kind": "Pod"}],
-    },
-    "cronjob-controller": {
-        "users": [kcm_sa("cronjob-controller"), KCM_USER],
-        "creates": [{"owner": "batch/CronJob", "kind": "batch/Job"}],
-    },
-    # JobSet (jobset-system, upstream manifests and chart).
-    "jobset": {
-        "users": ["system:serviceaccount:jobset-system:jobset-controller-manager"],
-        "creates": [{"owner": "jobset.x-k8s.io/JobSet", "kind": "batch/Job"}],
-    },
-    # Kubeflow training operator v1 (kubeflow namespace, standalone and platform installs).
-    "kubeflow-training-operator": {
-        "users": ["system:serviceaccount:kubeflow:training-operator"],
-        "creates": [{"owner": f"kubeflow.org/{kind}", "kind": "Pod"}
-                    for kind in ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")],
-    },
-    # The standalone MPI operator v2 (mpi-operator namespace): launcher Job (or Pod) and worker Pods.
-    "mpi-operator": {
-        "users": ["system:serviceaccount:mpi-operator:mpi-operator"],
-        "creates": [{"owner": "kubeflow.org/MPIJob", "kind": "Pod"},
-                    {"owner": "kubeflow.org/MPIJob", "kind": "batch/Job"}],
-    },
-    # Kubeflow Trainer v2 (kubeflow-system): a TrainJob becomes a JobSet built from its runtime.  gpuguard
-    # judged the TrainJob (with its runtime) at kubectl apply, but the JobSet is the first object that
-    # holds the pod templates, so it is mutated (the Trainer applies it server-side and compares nothing
-    # gpuguard adds) and not validated again.
-    "kubeflow-trainer": {
-        "users": ["system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"],
-        "creates": [{"owner": "trainer.kubeflow.org/TrainJob", "kind": "jobset.x-k8s.io/JobSet", "mutate": True}],
-    },
-    # Kubeflow notebook controller: a Notebook becomes a StatefulSet.
-    "kubeflow-notebook-controller": {
-        "users": ["system:serviceaccount:kubeflow:notebook-controller-service-account"],
-        "creates": [{"owner": "kubeflow.org/Notebook", "kind": "apps/StatefulSet"}],
-    },
-    # KubeRay (chart default service account kuberay-operator; namespace ray-system as documented).
-    "kuberay-operator": {
-        "users": ["system:serviceaccount:ray-system:kuberay-operator"],
-        "creates": [{"owner": "ray.io/RayCluster", "kind": "Pod"},
-                    {"owner": "ray.io/RayJob", "kind": "ray.io/RayCluster"},
-                    {"owner": "ray.io/RayJob", "kind": "batch/Job"},
-                    {"owner": "ray.io/RayService", "kind": "ray.io/RayCluster"}],
-    },
-    # Volcano (volcano-system): a Volcano Job's task pods.
-    "volcano-controllers": {
-        "users": ["system:serviceaccount:volcano-system:volcano-controllers"],
-        "creates": [{"owner": "batch.volcano.sh/Job", "kind": "Pod"}],
-    },
-    # LeaderWorkerSet (lws-system): the leader StatefulSet (owned by the LWS) and each group's
-    # worker StatefulSet (owned by the leader Pod).
-    "lws": {
-        "users": ["system:serviceaccount:lws-system:lws-controller-manager"],
-        "creates": [{"owner": "leaderworkerset.x-k8s.io/LeaderWorkerSet", "kind": "apps/StatefulSet"},
-                    {"owner": "Pod", "kind": "apps/StatefulSet"}],
-    },
-    # Argo Workflows (namespace argo; the Helm chart's and the quick-start's service accounts): a
-    # workflow's step pods, and the Workflows a CronWorkflow starts.
-    "argo-workflow-controller": {
-        "users": ["system:serviceaccount:argo:argo-workflows-workflow-controller",
-                  "system:serviceaccount:argo:argo"],
-        "creates": [{"owner": "argoproj.io/Workflow", "kind": "Pod"},
-                    {"owner": "argoproj.io/CronWorkflow", "kind": "argoproj.io/Workflow"}],
-    },
-    # Kubeflow Spark operator (namespace spark-operator; chart v2 and v1 service accounts): the driver
-    # pod spark-submit creates, and a ScheduledSparkApplication's runs.  Executor pods are created by
-    # the driver under the application's own service account, so they are judged as user pods.
-    "spark-operator": {
-        "users": ["system:serviceaccount:spark-operator:spark-operator-controller",
-                  "system:serviceaccount:spark-operator:spark-operator"],
-        "creates": [{"owner": "sparkoperator.k8s.io/SparkApplication", "kind": "Pod"},
-                    {"owner": "sparkoperator.k8s.io/ScheduledSparkApplication",
-                     "kind": "sparkoperator.k8s.io/SparkApplication"}],
-    },
-    # KServe (kserve namespace): raw-deployment predictors become Deployments.
-    "kserve": {
-        "users": ["system:serviceaccount:kserve:kserve-controller-manager"],
-        "creates": [{"owner": "serving.kserve.io/InferenceService", "kind": "apps/Deployment"}],
-    },
-}
+# The built-in entries, derived from the kind table; an admin's ``trustedControllers`` entries
+# override them by name.
+DEFAULT_TRUSTED_CONTROLLERS: dict[str, dict[str, Any]] = defaults_from(KINDS)
 
 
 def parse_group_kind(text: str) -> GroupKind:
@@ -203,9 +119,10 @@ class TrustedControllers:
         for ref in refs:
             if not isinstance(ref, dict) or ref.get("controller") is not True:
                 continue
-            if not isinstance(ref.get("kind"), str) or not isinstance(child[1], str):
+            kind = ref.get("kind")
+            if not isinstance(kind, str) or not isinstance(child[1], str):
                 return None  # malformed: the apiserver refuses it; it grants nothing
-            owner = (api_group(ref.get("apiVersion")), ref.get("kind"))
+            owner = (api_group(ref.get("apiVersion")), kind)
             edge = self._edges.get((username, owner, child))  # type: ignore[arg-type]
             if edge is not None:
                 return ControllerOrigin(edge[0], owner, str(ref.get("name", "")), edge[1])

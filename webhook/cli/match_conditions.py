@@ -8,10 +8,10 @@ resource matching the accelerator patterns in the limits of any container (app, 
 sidecar; ephemeral containers may not have resources) of any pod template of the kind, or
 any DRA ``resourceClaims`` — in the new *or* the old object
 (an UPDATE that removes a GPU is still judged), every subresource request the rules send
-(``scale``: its object is an ``autoscaling/v1`` Scale), kinds whose templates this module
-can't describe in CEL (KServe predictors embed model-specific containers), and what a
-policy configured to touch CPU objects needs (``cpu_scope``).  If such a policy needs every
-object, no conditions are emitted at all.
+(``scale``: its object is an ``autoscaling/v1`` Scale), kinds whose pod specs CEL can't
+follow (no ``KindSpec.pod_spec_paths``: KServe predictors embed model-specific containers),
+and the CPU objects an enabled policy says it may act on (``Policy.cpu_scope``).  If such a
+policy needs every object, no conditions are emitted at all.
 
 Shape: one condition (the apiserver allows 64) that lets subresource requests and kinds
 outside the chain through, then gathers the requested kind's pod specs of the new and the
@@ -23,112 +23,31 @@ containers and resource names actually present, never with a hidden search.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
-from gpuguard.workloads.kinds import KINDS, KindSpec
+from gpuguard.policies.base import CpuScope
+from gpuguard.workloads.kinds import KINDS, KindSpec, PathPattern
 
 MAX_MATCH_CONDITIONS = 64  # the apiserver's limit per webhook
-
-# Where each kind keeps its pod specs, as path patterns: a field name, "[]" (each list item)
-# or "{}" (each map value).  A unit test checks every pattern against ``KindSpec.locate``.
-# Kinds missing here are always sent to the webhook.
-POD_SPEC_PATHS: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
-    ("", "Pod"): (("spec",),),
-    ("batch", "Job"): (("spec", "template", "spec"),),
-    ("batch", "CronJob"): (("spec", "jobTemplate", "spec", "template", "spec"),),
-    ("apps", "Deployment"): (("spec", "template", "spec"),),
-    ("apps", "StatefulSet"): (("spec", "template", "spec"),),
-    ("apps", "ReplicaSet"): (("spec", "template", "spec"),),
-    ("apps", "DaemonSet"): (("spec", "template", "spec"),),
-    ("kubeflow.org", "PyTorchJob"): (("spec", "pytorchReplicaSpecs", "{}", "template", "spec"),),
-    ("kubeflow.org", "TFJob"): (("spec", "tfReplicaSpecs", "{}", "template", "spec"),),
-    ("kubeflow.org", "MPIJob"): (("spec", "mpiReplicaSpecs", "{}", "template", "spec"),),
-    ("kubeflow.org", "XGBoostJob"): (("spec", "xgbReplicaSpecs", "{}", "template", "spec"),),
-    ("kubeflow.org", "PaddleJob"): (("spec", "paddleReplicaSpecs", "{}", "template", "spec"),),
-    ("kubeflow.org", "JAXJob"): (("spec", "jaxReplicaSpecs", "{}", "template", "spec"),),
-    ("kubeflow.org", "Notebook"): (("spec", "template", "spec"),),
-    ("jobset.x-k8s.io", "JobSet"): (("spec", "replicatedJobs", "[]", "template", "spec", "template", "spec"),),
-    ("batch.volcano.sh", "Job"): (("spec", "tasks", "[]", "template", "spec"),),
-    ("ray.io", "RayJob"): (("spec", "rayClusterSpec", "headGroupSpec", "template", "spec"),
-                           ("spec", "rayClusterSpec", "workerGroupSpecs", "[]", "template", "spec"),
-                           ("spec", "submitterPodTemplate", "spec")),
-    ("ray.io", "RayCluster"): (("spec", "headGroupSpec", "template", "spec"),
-                               ("spec", "workerGroupSpecs", "[]", "template", "spec")),
-    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): (
-        ("spec", "leaderWorkerTemplate", "leaderTemplate", "spec"),
-        ("spec", "leaderWorkerTemplate", "workerTemplate", "spec")),
-    ("ray.io", "RayService"): (("spec", "rayClusterConfig", "headGroupSpec", "template", "spec"),
-                               ("spec", "rayClusterConfig", "workerGroupSpecs", "[]", "template", "spec")),
-    ("ray.io", "RayCronJob"): (("spec", "jobTemplate", "rayClusterSpec", "headGroupSpec", "template", "spec"),
-                               ("spec", "jobTemplate", "rayClusterSpec", "workerGroupSpecs", "[]", "template", "spec"),
-                               ("spec", "jobTemplate", "submitterPodTemplate", "spec")),
-    ("serving.kserve.io", "LLMInferenceService"): (("spec", "template"), ("spec", "worker"),
-                                                   ("spec", "prefill", "template"), ("spec", "prefill", "worker")),
-}
-# Kinds whose accelerators CEL can't see from the object alone, so they are always sent: KServe
-# predictors hold containers under framework keys, an AppWrapper's pod sets are paths in data,
-# a TrainJob's templates are in the runtime it names; Spark and Argo below.
-ALWAYS_SENT: frozenset[tuple[str, str]] = frozenset({
-    ("serving.kserve.io", "InferenceService"), ("workload.codeflare.dev", "AppWrapper"),
-    ("trainer.kubeflow.org", "TrainJob"),
-    # Spark asks for GPUs in driver/executor ``gpu`` or in sparkConf strings; Argo templates hold
-    # containers under ``container``, ``script`` and ``containerSet``, and inherit workflow fields.
-    ("sparkoperator.k8s.io", "SparkApplication"), ("sparkoperator.k8s.io", "ScheduledSparkApplication"),
-    ("argoproj.io", "Workflow"), ("argoproj.io", "WorkflowTemplate"), ("argoproj.io", "CronWorkflow"),
-})
-# Object-level (not per-template) fields where priority-abuse finds a priority class.
-OBJECT_PRIORITY_PATHS = (("spec", "priorityClassName"), ("spec", "runPolicy", "schedulingPolicy", "priorityClass"))
-
+_ACCELERATORS_ONLY = CpuScope()
 
 # ---------------------------------------------------------------- which CPU objects policies need
-
-@dataclass(frozen=True)
-class CpuScope:
-    """CPU-only objects some enabled policy must still see: all of them, or those using these classes."""
-
-    everything: bool = False
-    priority_classes: frozenset[str] = frozenset()
-    reason: str = ""
-
-
-# Policies that look at accelerator objects only, whatever their settings.
-ACCELERATOR_ONLY = frozenset({
-    "checkpoint-volume", "ephemeral-storage", "gang-scheduling", "gpu-memory-guard", "gpu-request-shape",
-    "gpu-tolerations", "inference-on-spot", "job-limits", "shm-volume", "idle-after-finish",
-    # A declared class changes nothing on a CPU object (priority-class is GPU-only unless switched).
-    "workload-class",
-})
-# Policies that touch CPU objects when a setting says so.
-CPU_SWITCHES: dict[str, Callable[[Any], bool]] = {
-    "default-resources": lambda s: bool(getattr(s, "apply_to_non_gpu_pods", False)),
-    "job-ttl": lambda s: not getattr(s, "gpu_only", True),
-    "priority-class": lambda s: not getattr(s, "gpu_only", True),
-    "gpu-node-affinity": lambda s: bool(getattr(s, "keep_non_gpu_pods_off", False)),
-}
-
 
 def cpu_scope(config: Any) -> CpuScope:
     """What the enabled policies (base config and every profile) need to see of CPU-only objects.
 
-    A policy gpuguard does not know (a new or custom one) is assumed to need everything: a
-    webhook that misses objects a policy should judge is worse than one called too often.
+    Each policy says it itself (``Policy.cpu_scope``); one that does not is assumed to need
+    everything: a webhook that misses objects a policy should judge is worse than one called too often.
     """
     classes: set[str] = set()
     sets = [config.policies, *(p.policies for p in getattr(config, "profiles", ()))]
     for policy_set in sets:
         for policy, settings in (*policy_set.mutating, *policy_set.validating):
-            if policy.id in ACCELERATOR_ONLY:
-                continue
-            if policy.id in CPU_SWITCHES:
-                if CPU_SWITCHES[policy.id](settings):
-                    return CpuScope(everything=True, reason=f"{policy.id} is configured to act on CPU objects")
-                continue
-            if policy.id == "priority-abuse":
-                classes.update(getattr(settings, "reserved", {}) or {})
-                continue
-            return CpuScope(everything=True, reason=f"policy {policy.id} may act on CPU objects")
+            scope = policy.cpu_scope(settings)
+            if scope.everything:
+                return CpuScope(everything=True, reason=f"{policy.id} {scope.reason}")
+            classes.update(scope.priority_classes)
     return CpuScope(priority_classes=frozenset(classes))
 
 
@@ -160,7 +79,7 @@ def _optional(var: str, steps: tuple[str, ...], default: str) -> str:
     return f"{var}.?{'.?'.join(steps)}.orValue({default})"
 
 
-def pod_specs(var: str, pattern: tuple[str, ...]) -> str:
+def pod_specs(var: str, pattern: PathPattern) -> str:
     """CEL: a list of the pod specs at ``pattern`` below object ``var`` (missing ones as ``null``).
 
     At most one wildcard ("[]" list items, "{}" map values) per pattern: no kind nests two.
@@ -197,7 +116,7 @@ def _list(values: Iterable[str]) -> str:
 CONDITION_NAME = "accelerator-objects"
 
 
-def build_match_conditions(patterns: Iterable[str], scope: CpuScope = CpuScope(),
+def build_match_conditions(patterns: Iterable[str], scope: CpuScope = _ACCELERATORS_ONLY,
                            kinds: Iterable[KindSpec] = KINDS) -> list[dict[str, str]]:
     """The matchConditions for both webhooks; ``[]`` (send everything) when a policy needs every object.
 
@@ -210,14 +129,16 @@ def build_match_conditions(patterns: Iterable[str], scope: CpuScope = CpuScope()
     if scope.everything:
         return []
     patterns = tuple(patterns)
-    grouped: dict[tuple[str, tuple[tuple[str, ...], ...]], list[str]] = {}
+    grouped: dict[tuple[str, tuple[PathPattern, ...]], list[str]] = {}
+    object_paths: set[tuple[str, ...]] = set()
     for spec in kinds:
-        paths = POD_SPEC_PATHS.get((spec.group, spec.kind))
-        if paths is None:
+        if not spec.pod_spec_paths:
             continue  # not in the chain: always sent (see module docstring)
-        plurals = grouped.setdefault((spec.group, paths), [])
+        plurals = grouped.setdefault((spec.group, spec.pod_spec_paths), [])
         if spec.plural not in plurals:
             plurals.append(spec.plural)
+        # Object-level fields where priority-abuse finds a priority class (Kubeflow runPolicy, Volcano spec).
+        object_paths.update(tuple(str(step) for step in path) for path in spec.priority_class_paths)
     # rk = "plural/group" of the request, computed once (the apiserver's CEL has no cel.bind, so a
     # one-element list's exists() binds it).  Empty request fields are left out of what the
     # apiserver evaluates, so the core group's "" must be guarded.
@@ -232,7 +153,7 @@ def build_match_conditions(patterns: Iterable[str], scope: CpuScope = CpuScope()
     classes = sorted(scope.priority_classes)
     per_object = [f"({chain}).exists(s, s != null && ({spec_test(patterns, classes)}))"]
     if classes:
-        per_object += [f"{_optional('o', path, chr(39) * 2)} in {_list(classes)}" for path in OBJECT_PRIORITY_PATHS]
+        per_object += [f"{_optional('o', path, chr(39) * 2)} in {_list(classes)}" for path in sorted(object_paths)]
     objects = f"[object, oldObject].exists(o, o != null && ({' || '.join(per_object)}))"
     expression = (f"(has(request.subResource) && request.subResource != '') || "
                   f"[{resource}].exists(rk, !(rk in {every}) || {objects})")

@@ -1,16 +1,21 @@
-"""matchConditions: derived from the kind table and the config, within the apiserver's limits.
+"""matchConditions: derived from the kind table and the policies, within the apiserver's limits.
 
 Whether the apiserver accepts and evaluates them as intended is proven in
-``tests/e2e/test_blast_radius_e2e.py``; here: every template path agrees with ``KindSpec.locate``,
-which policies widen the conditions, and the limits.
+``tests/e2e/test_blast_radius_e2e.py``; here: which kinds the chain lists, which policies widen
+the conditions, and the limits.  That each kind's ``pod_spec_paths`` agree with its ``locate`` is
+checked in ``tests/unit/workloads/test_kinds.py``.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
+from gpuguard.policies import REGISTRY
+from gpuguard.policies.base import PolicySettings, ValidatingPolicy, any_cpu_object
 from gpuguard.webhook.cli import match_conditions as mc
 from gpuguard.webhook.cli.webhook_config import build_webhook_configurations, match_conditions_for
 from gpuguard.webhook.config import load_config, parse_config_text
@@ -20,48 +25,12 @@ HEADER = "apiVersion: gpuguard.io/v1alpha1\nkind: GpuguardConfig\n"
 _QUALIFIED = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
-def _probe(pattern: tuple[str, ...]) -> tuple[dict, tuple]:
-    """An object with one pod spec at ``pattern`` (lists get one item, maps the key Worker), and its path."""
-    root: dict = {}
-    node: object = root
-    path: tuple = ()
-    for i, step in enumerate(pattern):
-        last = i == len(pattern) - 1
-        child: object = {"containers": []} if last else ([] if pattern[i + 1] == "[]" else {})
-        if step == "[]":
-            assert isinstance(node, list)
-            node.append(child)
-            path += (0,)
-        else:
-            key = "Worker" if step == "{}" else step
-            assert isinstance(node, dict)
-            node[key] = child
-            path += (key,)
-        node = child
-    return root, path
-
-
 @pytest.mark.parametrize("spec", KINDS, ids=lambda k: f"{k.group or 'core'}/{k.kind}")
-def test_cel_template_paths_agree_with_the_kind_table(spec):
-    patterns = mc.POD_SPEC_PATHS.get((spec.group, spec.kind))
-    if patterns is None:
-        assert (spec.group, spec.kind) in mc.ALWAYS_SENT, "a new kind needs its pod spec paths in POD_SPEC_PATHS"
-        return
-    obj: dict = {"apiVersion": f"{spec.group}/{spec.versions[0]}" if spec.group else "v1", "kind": spec.kind}
-    expected = set()
-    for pattern in patterns:
-        probe, path = _probe(pattern)
-        _merge(obj, probe)
-        expected.add(path)
-    assert {ref.spec_path for ref in spec.locate(obj)} == expected
-
-
-def _merge(into: dict, other: dict) -> None:
-    for key, value in other.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into.setdefault(key, value)
+def test_a_kind_is_in_the_chain_exactly_when_it_says_where_its_pod_specs_are(spec):
+    """``KindSpec.pod_spec_paths`` decides; a kind without them is always sent (the conservative default)."""
+    (condition,) = mc.build_match_conditions(("nvidia.com/gpu",))
+    listed = f"'{spec.plural}/{spec.group}'" in condition["expression"]
+    assert listed == bool(spec.pod_spec_paths)
 
 
 def test_default_config_has_one_compact_deterministic_condition():
@@ -126,11 +95,32 @@ def test_a_profile_counts_too():
     assert mc.cpu_scope(parse_config_text(text, "c.yaml")).everything
 
 
-def test_every_registered_policy_is_classified():
-    from gpuguard.policies import REGISTRY
+@pytest.mark.parametrize("policy_id", list(REGISTRY))
+def test_every_shipped_policy_says_which_cpu_objects_it_needs(policy_id):
+    """None relies on the default (every object), which would turn the conditions off for every config."""
+    assert REGISTRY[policy_id].cpu_scope is not any_cpu_object
 
-    known = mc.ACCELERATOR_ONLY | set(mc.CPU_SWITCHES) | {"priority-abuse"}
-    assert set(REGISTRY) <= known, f"classify {sorted(set(REGISTRY) - known)} in webhook/cli/match_conditions.py"
+
+def test_a_policy_that_does_not_say_keeps_every_object_sent():
+    """A new policy left without ``cpu_scope`` may act on anything: the conditions go, nothing is missed."""
+    made_up = ValidatingPolicy(id="made-up", title="Made up", settings_model=PolicySettings, run=lambda view, s: (),
+                               description="", rationale="")
+    config = load_config(None)
+    with_it = replace(config.policies, validating=(*config.policies.validating, (made_up, PolicySettings())))
+    scope = mc.cpu_scope(SimpleNamespace(policies=with_it, profiles=()))
+    assert scope.everything and scope.reason.startswith("made-up may act on CPU objects")
+    assert mc.build_match_conditions(("nvidia.com/gpu",), scope) == []
+
+
+def test_priority_abuse_sends_cpu_objects_using_its_reserved_classes():
+    text = HEADER + "policies:\n  priority-abuse: {reserved: {serve-first: [inference]}}\n"
+    config = parse_config_text(text, "c.yaml")
+    scope = mc.cpu_scope(config)
+    assert not scope.everything and scope.priority_classes == frozenset({"serve-first"})
+    (condition,) = mc.build_match_conditions(("nvidia.com/gpu",), scope)
+    # In pod templates and where Kubeflow (runPolicy) and Volcano (spec) keep one.
+    assert condition["expression"].count("in ['serve-first']") == 3
+    assert "o.?spec.?runPolicy.?schedulingPolicy.?priorityClass.orValue('')" in condition["expression"]
 
 
 def test_cli_says_why_it_emits_no_conditions(tmp_path):

@@ -1,4 +1,5 @@
-"""The kind table: every KindSpec has a test builder, and the facts policies read are where they belong."""
+"""The kind table: every KindSpec has a test builder, and the facts policies, the webhook's matchConditions and the
+trusted controllers read are where they belong."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from gpuguard.webhook.config import parse_config_text
 from gpuguard.webhook.decision import RequestContext
 from gpuguard.webhook.engine.core import Engine
 from gpuguard.workloads import kinds
+from gpuguard.workloads.controllers import DEFAULT_TRUSTED_CONTROLLERS, parse_group_kind
 from tests.support.builders import (
     ADAPTED_KINDS,
     ALL_KINDS,
@@ -78,3 +80,84 @@ def test_gang_kinds_setting_tells_the_two_jobs_apart():
     assert not [v for v in engine.evaluate(volcano, ctx).violations if v.policy == "gang-scheduling"]
     default = Engine(parse_config_text("kind: GpuguardConfig\n"))
     assert [v for v in default.evaluate(volcano, ctx).violations if v.policy == "gang-scheduling"]
+
+
+def _probe(pattern: tuple[str, ...]) -> tuple[dict, tuple]:
+    """An object with one pod spec at ``pattern`` (lists get one item, maps the key Worker), and its path."""
+    root: dict = {}
+    node: object = root
+    path: tuple = ()
+    for i, step in enumerate(pattern):
+        last = i == len(pattern) - 1
+        child: object = {"containers": []} if last else ([] if pattern[i + 1] == "[]" else {})
+        if step == "[]":
+            assert isinstance(node, list)
+            node.append(child)
+            path += (0,)
+        else:
+            key = "Worker" if step == "{}" else step
+            assert isinstance(node, dict)
+            node[key] = child
+            path += (key,)
+        node = child
+    return root, path
+
+
+def _merge(into: dict, other: dict) -> None:
+    for key, value in other.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into.setdefault(key, value)
+
+
+@pytest.mark.parametrize("spec", [k for k in kinds.KINDS if k.pod_spec_paths],
+                         ids=lambda s: f"{s.kind}.{s.group or 'core'}")
+def test_pod_spec_paths_agree_with_locate(spec):
+    """The patterns the webhook's CEL follows find exactly the pod specs ``locate`` finds."""
+    obj: dict = {"apiVersion": f"{spec.group}/{spec.versions[0]}" if spec.group else "v1", "kind": spec.kind}
+    expected = set()
+    for pattern in spec.pod_spec_paths:
+        assert sum(step in ("[]", "{}") for step in pattern) <= 1, f"{pattern}: CEL follows one wildcard at most"
+        probe, path = _probe(pattern)
+        _merge(obj, probe)
+        expected.add(path)
+    assert {ref.spec_path for ref in spec.locate(obj)} == expected
+
+
+def test_kinds_cel_cannot_follow_say_so_by_leaving_pod_spec_paths_empty():
+    """Containers under framework keys, pod-set paths in data, templates in another object, GPUs in Spark
+    fields, Argo container templates: these kinds are always sent to the webhook."""
+    assert {BUILDER_NAMES[k.api_group_kind] for k in kinds.KINDS if not k.pod_spec_paths} == {
+        "InferenceService", "AppWrapper", "TrainJob", "SparkApplication", "ScheduledSparkApplication", "Workflow",
+        "WorkflowTemplate", "CronWorkflow"}
+
+
+def test_controller_edges_name_kinds_of_the_table():
+    """Owners and created kinds are written in the config's GroupKind notation: a typo would trust nothing."""
+    for spec in kinds.KINDS:
+        for made in spec.controllers:
+            for name in (made.owner, *made.kinds):
+                if name is not None:
+                    assert kinds.lookup_group_kind(*parse_group_kind(name)) is not None, f"{spec.kind}: {name}"
+
+
+def test_one_operator_per_controller_name():
+    """Kinds of one family share their operator's identity: two entries of one name would be merged blindly."""
+    operators: dict[str, object] = {}
+    for spec in kinds.KINDS:
+        for made in spec.controllers:
+            assert operators.setdefault(made.operator.name, made.operator) == made.operator, made.operator.name
+
+
+def test_default_trusted_controllers_are_derived_from_the_kind_table():
+    assert DEFAULT_TRUSTED_CONTROLLERS["deployment-controller"] == {
+        "users": ["system:serviceaccount:kube-system:deployment-controller", "system:kube-controller-manager"],
+        "creates": [{"owner": "apps/Deployment", "kind": "apps/ReplicaSet"}]}
+    assert DEFAULT_TRUSTED_CONTROLLERS["kubeflow-trainer"]["creates"] == [
+        {"owner": "trainer.kubeflow.org/TrainJob", "kind": "jobset.x-k8s.io/JobSet", "mutate": True}]
+    assert {"owner": "Pod", "kind": "apps/StatefulSet"} in DEFAULT_TRUSTED_CONTROLLERS["lws"]["creates"]
+    assert DEFAULT_TRUSTED_CONTROLLERS["mpi-operator"]["creates"] == [
+        {"owner": "kubeflow.org/MPIJob", "kind": "Pod"}, {"owner": "kubeflow.org/MPIJob", "kind": "batch/Job"}]
+    edges = sum(len(entry["creates"]) for entry in DEFAULT_TRUSTED_CONTROLLERS.values())
+    assert edges == sum(len(made.kinds) for spec in kinds.KINDS for made in spec.controllers)

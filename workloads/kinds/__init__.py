@@ -1,0 +1,93 @@
+"""The workload kinds gpuguard understands: everything about a kind, in one ``KindSpec`` each.
+
+One table drives everything that needs to know about kinds: the workload view (where the
+pod templates are and how many pods each makes), the policies (where TTL, deadline and
+retry fields live, how the kind gangs, where it keeps a priority class or volume claims
+outside its pods, whether it is a bare Pod), the webhook configuration generator (which
+group/resource to intercept, and where CEL finds the pod specs), the trusted controllers
+(which operator creates what from the kind) and the audit ``--cluster`` lister (what to
+list).  Policies never compare kind names: they ask the ``KindSpec`` through the workload
+view.  The entries live with their operator family (``core``, ``kubeflow``, ``trainer``,
+``jobset``, ``volcano``, ``lws``, ``ray``, ``kserve``, ``appwrapper``, ``spark``, ``argo``);
+this module assembles them.  Adding a kind: ``docs/contributing.md``.
+
+Dispatch is on API group + kind, never on the version: operators move their CRDs between
+versions (Kubeflow v1 -> v2, MPIJob v1 -> v2beta1, JobSet v1alpha2) while the fields
+gpuguard reads stay where they were, so one entry serves every version listed in
+``versions`` (which only the webhook rules and the cluster lister use).  Two kinds may share a
+name in different groups (``batch`` Job and Volcano's ``batch.volcano.sh`` Job), which is why
+nothing may dispatch on the name alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuguard.workloads.kinds import argo, core, jobset, kserve, kubeflow, lws, ray, spark, trainer, volcano
+from gpuguard.workloads.kinds.appwrapper import appwrapper
+from gpuguard.workloads.kinds.spec import (
+    POD_CONTAINER_LISTS,
+    Creates,
+    Gang,
+    JobFields,
+    KindSpec,
+    Operator,
+    PathPattern,
+    TemplateRef,
+    TemplateSource,
+    VolumeClaims,
+    runtime_of,
+)
+from gpuguard.workloads.paths import get_path
+
+__all__ = [
+    "KINDS", "POD_CONTAINER_LISTS", "Creates", "Gang", "JobFields", "KindSpec", "Operator", "PathPattern",
+    "TemplateRef", "TemplateSource", "VolumeClaims", "by_resource", "get_path", "group_of", "lookup",
+    "lookup_group_kind", "runtime_of",
+]
+
+
+def group_of(api_version: Any) -> str:
+    """``batch/v1`` -> ``batch``; ``v1`` -> ``""`` (the core group)."""
+    if not isinstance(api_version, str):
+        return ""
+    return api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+
+
+def lookup(api_version: Any, kind: Any) -> KindSpec | None:
+    """The KindSpec of an object, by its ``apiVersion`` and ``kind``; ``None`` for kinds gpuguard leaves alone."""
+    if not isinstance(kind, str):
+        return None
+    return _BY_GROUP_KIND.get((group_of(api_version), kind))
+
+
+def by_resource(group: str, plural: str) -> KindSpec | None:
+    """The KindSpec for an API resource (``apps``, ``deployments``): subresource requests name it."""
+    return _BY_GROUP_PLURAL.get((group, plural))
+
+
+def lookup_group_kind(group: str, kind: str) -> KindSpec | None:
+    """The KindSpec for an API group and kind (as ownerReferences name them)."""
+    return _BY_GROUP_KIND.get((group, kind))
+
+
+# The order is the webhook rules' and the matchConditions' order (generated files follow it).
+KINDS: tuple[KindSpec, ...] = (
+    core.POD, core.JOB, core.CRONJOB, core.DEPLOYMENT, core.STATEFULSET, core.REPLICASET, core.DAEMONSET,
+    kubeflow.PYTORCHJOB, kubeflow.TFJOB, kubeflow.MPIJOB, kubeflow.XGBOOSTJOB, kubeflow.PADDLEJOB, kubeflow.JAXJOB,
+    kubeflow.NOTEBOOK,
+    jobset.JOBSET,
+    volcano.VOLCANO_JOB,
+    ray.RAYJOB, ray.RAYCLUSTER,
+    lws.LEADERWORKERSET,
+    kserve.INFERENCESERVICE,
+    trainer.TRAINJOB,
+    appwrapper(lookup),
+    kserve.LLMINFERENCESERVICE,
+    ray.RAYSERVICE, ray.RAYCRONJOB,
+    spark.SPARKAPPLICATION, spark.SCHEDULEDSPARKAPPLICATION,
+    argo.WORKFLOW, argo.WORKFLOWTEMPLATE, argo.CRONWORKFLOW,
+)
+
+_BY_GROUP_KIND: dict[tuple[str, str], KindSpec] = {k.api_group_kind: k for k in KINDS}
+_BY_GROUP_PLURAL: dict[tuple[str, str], KindSpec] = {(k.group, k.plural): k for k in KINDS}

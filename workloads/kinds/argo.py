@@ -1,0 +1,66 @@
+"""Argo Workflows (``argoproj.io``): Workflow, WorkflowTemplate and CronWorkflow.
+
+Each template that makes a pod (``container``, ``script``, ``containerSet``) is a pod template, with
+as many pods as the workflow runs of it at once (``gpuguard.workloads.argo``); templates keep their
+containers under those keys and inherit workflow fields, which CEL can't follow: the webhook is
+called for every object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpuguard.workloads import argo
+from gpuguard.workloads.kinds.spec import Creates, JobFields, KindSpec, Locate, Operator, TemplateRef, VolumeClaims
+from gpuguard.workloads.paths import Path, dicts, get_path
+
+# Argo Workflows (namespace argo; the Helm chart's and the quick-start's service accounts): a
+# workflow's step pods, and the Workflows a CronWorkflow starts.
+WORKFLOW_CONTROLLER = Operator("argo-workflow-controller",
+                               ("system:serviceaccount:argo:argo-workflows-workflow-controller",
+                                "system:serviceaccount:argo:argo"))
+
+# Pod fields an Argo template takes from templateDefaults, else from the workflow spec (Argo
+# replaces, never merges, a workflow-level value with a template's own).
+_SCHEDULING = ("tolerations", "nodeSelector", "affinity", "schedulerName", "priorityClassName")
+
+
+def _argo_at(prefix: Path) -> Locate:
+    """An Argo WorkflowSpec at ``prefix``: its pod-making templates."""
+    inherits = tuple((key, prefix + ("templateDefaults", key)) for key in _SCHEDULING) + tuple(
+        (key, prefix + ("podPriorityClassName" if key == "priorityClassName" else key,)) for key in _SCHEDULING)
+
+    def locate(obj: dict) -> Iterator[TemplateRef]:
+        workflow = get_path(obj, prefix)
+        for i, template in dicts(get_path(workflow, ("templates",))):
+            if not argo.is_pod_template(template):
+                continue
+            given = template.get("name")
+            name = given if isinstance(given, str) else f"template-{i}"
+            base = prefix + ("templates", i)
+            yield TemplateRef(name, base, base + ("metadata",), argo.most_at_once(workflow, name),
+                              container_keys=("container", "script"),
+                              container_lists=(("initContainers",), ("sidecars",), ("containerSet", "containers")),
+                              volume_paths=(base + ("volumes",), prefix + ("volumes",)), inherits=inherits)
+
+    return locate
+
+
+def _argo_kind(kind: str, plural: str, prefix: Path, creates: tuple[str, ...]) -> KindSpec:
+    """An Argo Workflows kind holding a WorkflowSpec at ``prefix``: its TTL is ``ttlStrategy`` (which
+    deletes the finished workflow and, through it, its pods), its deadline the whole workflow's."""
+    return KindSpec("argoproj.io", kind, plural, ("v1alpha1",), "training", _argo_at(prefix),
+                    JobFields(ttl=prefix + ("ttlStrategy", "secondsAfterCompletion"),
+                              ttl_variants=(prefix + ("ttlStrategy", "secondsAfterSuccess"),
+                                            prefix + ("ttlStrategy", "secondsAfterFailure")),
+                              deadline=prefix + ("activeDeadlineSeconds",)),
+                    priority_class_paths=(prefix + ("podPriorityClassName",),
+                                          prefix + ("templateDefaults", "priorityClassName")),
+                    volume_claims=VolumeClaims(prefix + ("volumeClaimTemplates",), "claim-templates"),
+                    peak=lambda obj, weight: argo.peak(get_path(obj, prefix), weight),
+                    controllers=(Creates(WORKFLOW_CONTROLLER, creates),) if creates else ())
+
+
+WORKFLOW = _argo_kind("Workflow", "workflows", ("spec",), ("Pod",))
+WORKFLOWTEMPLATE = _argo_kind("WorkflowTemplate", "workflowtemplates", ("spec",), ())
+CRONWORKFLOW = _argo_kind("CronWorkflow", "cronworkflows", ("spec", "workflowSpec"), ("argoproj.io/Workflow",))
