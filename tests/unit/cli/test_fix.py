@@ -217,3 +217,33 @@ def test_the_pre_commit_hook_runs_fix_on_the_staged_files():
     hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
     args = build_parser().parse_args(shlex.split(hooks["gpuguard-fix"]["entry"])[1:] + ["k8s/job.yaml"])
     assert args.command == "fix" and args.files == ["k8s/job.yaml"] and not args.stdout
+
+
+def test_typed_lists_are_fixed_item_by_item_with_the_lists_kind(tmp_path):
+    """``kubectl get jobs -o yaml`` from the API: a ``JobList`` whose items omit apiVersion and kind."""
+    job = yaml.safe_load(TRAIN_JOB)
+    del job["apiVersion"], job["kind"]
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "batch/v1", "kind": "JobList", "items": [job]}, sort_keys=False))
+    assert fix(str(path)) == 0
+    [item] = yaml.safe_load(path.read_text())["items"]
+    assert item["spec"]["template"]["spec"]["priorityClassName"] == "training-standard"
+    assert "kind" not in item  # the file keeps its items as written
+
+
+def test_documents_split_where_the_manifest_reader_splits(tmp_path):
+    """One marker rule for fix and the reader: "--- # comment", "..." and CRLF line endings."""
+    from gpuguard.webhook.cli.fixer import split_documents
+    from gpuguard.webhook.manifests import split_text
+
+    text = "a: 1\r\n...\r\n--- # next\r\nb: 2\r\n---\r\nc: 3\r\n"
+    assert split_documents(text) == ["a: 1\r\n", "...\r\n", "--- # next\r\nb: 2\r\n", "---\r\nc: 3\r\n"]
+    assert "".join(split_documents(text)) == text
+    assert [piece for piece, _line in split_text(text)] == ["a: 1\r\n...\r\n", "--- # next\r\nb: 2\r\n",
+                                                            "---\r\nc: 3\r\n"]
+    crlf = tmp_path / "crlf.yaml"
+    crlf.write_bytes((CONFIGMAP.lstrip("-\n") + "---\n" + TRAIN_JOB).replace("\n", "\r\n").encode())
+    assert fix(str(crlf)) == 0
+    fixed = crlf.read_bytes().decode()
+    assert fixed.startswith(CONFIGMAP.lstrip("-\n").replace("\n", "\r\n"))  # the ConfigMap, byte for byte
+    assert "priorityClassName: training-standard" in fixed

@@ -10,9 +10,13 @@ from gpuguard.webhook.manifests import (
     INVALID_YAML,
     NOT_KUBERNETES,
     UNREADABLE,
+    ManifestError,
     iter_paths,
     load,
     parse_text,
+    parse_values,
+    read_text,
+    split_text,
 )
 from tests.support.paths import REPO
 
@@ -120,3 +124,51 @@ def test_fixture_folder_loads_every_file() -> None:
     assert {"helm-template-stack.yaml", "kubectl-get-list.yaml", "triton-deployment.json", "broken-stream.yaml",
             "values.yaml", "truncated.json"} <= sources
     assert sum(1 for d in docs if d.error) == 3
+
+
+def test_parse_values_reads_like_parse_text_without_object_checks() -> None:
+    """For files that are not manifests (a fixture's expect.yaml): no kind needed, Lists kept whole."""
+    assert parse_values("allowed: true\n---\n---\nwhen: 2024-05-01T10:00:00Z\n", "expect.yaml") == [
+        {"allowed": True}, {"when": "2024-05-01T10:00:00Z"}]  # timestamps stay strings, as kubectl sends them
+    listing = {"apiVersion": "v1", "kind": "List", "items": []}
+    assert parse_values('{"apiVersion": "v1", "kind": "List", "items": []}', "list.yaml") == [listing]
+    assert parse_values("", "empty.yaml") == []
+
+
+def test_parse_values_raises_with_the_line_of_the_problem() -> None:
+    try:
+        parse_values("a: 1\n---\nb: [unclosed\n", "bad.yaml")
+    except ManifestError as exc:
+        assert exc.error.kind == INVALID_YAML and exc.line == 4 and str(exc).startswith("bad.yaml:4: invalid YAML")
+    else:
+        raise AssertionError("no ManifestError")
+    try:
+        parse_values("{nope", "bad.json")
+    except ManifestError as exc:
+        assert exc.error.kind == INVALID_JSON and exc.line == 1
+    else:
+        raise AssertionError("no ManifestError")
+
+
+def test_read_text_drops_a_byte_order_mark_and_says_what_is_unreadable(tmp_path: Path) -> None:
+    bom = tmp_path / "bom.yaml"
+    bom.write_bytes(b"\xef\xbb\xbfa: 1\n")
+    assert read_text(str(bom)) == (str(bom), "a: 1\n")
+    assert read_text("-", io.BytesIO(b"b: 2\n")) == ("<stdin>", "b: 2\n")
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"name: caf\xe9\n")
+    for path in (latin, tmp_path / "missing.yaml"):
+        try:
+            read_text(str(path))
+        except ManifestError as exc:
+            assert exc.error.kind == UNREADABLE and exc.source == str(path)
+        else:
+            raise AssertionError(f"{path} read")
+
+
+def test_split_text_cuts_before_document_starts_and_keeps_every_byte() -> None:
+    text = "# head\na: 1\n...\n--- # two\nb: 2\n---\tc: 3\n----\n"
+    pieces = split_text(text)
+    assert "".join(piece for piece, _line in pieces) == text
+    assert pieces == [("# head\na: 1\n...\n", 1), ("--- # two\nb: 2\n", 4), ("---\tc: 3\n----\n", 6)]
+    assert [line for _piece, line in split_text(text, at_end_markers=True)] == [1, 3, 4, 6]

@@ -173,3 +173,15 @@ def test_discover_lists_each_case_once_and_does_not_look_inside_cases(tmp_path):
     write_case(tmp_path / "b", {"allowed": True})
     cases = suite.discover([tmp_path, tmp_path / "b"])
     assert [c.name for c in cases] == ["a", "b"]
+
+
+def test_case_files_are_read_by_the_manifest_reader(tmp_path):
+    """Errors name the file and line; objects.yaml documents must be Kubernetes objects (Lists flattened)."""
+    case = write_case(tmp_path / "c", {"allowed": True})
+    (case / "input.yaml").write_text("# a comment\na: [\n")
+    assert run_one(case).error.startswith(f"{case / 'input.yaml'}:3: invalid YAML")
+    (case / "input.yaml").write_bytes(b"name: caf\xe9\n")
+    assert "cannot read: not UTF-8 text" in run_one(case).error
+    (case / "input.yaml").write_text(yaml.safe_dump(with_ttl(GPU_JOB)))
+    (case / "objects.yaml").write_text("apiVersion: v1\nkind: List\nitems: [{metadata: {name: x}}]\n")
+    assert "objects.yaml" in run_one(case).error and "no apiVersion or kind" in run_one(case).error
