@@ -2,8 +2,8 @@
 
 Everything shown comes from ``gpuguard.webhook.catalog`` (the registry and each policy's settings
 model), so the docs users read cannot drift from what the engine runs.  Works from an
-installed package: a policy's example is its module's ``example`` text, which the fixture
-suite proves passes (``tests/policies/<id>/example/``).
+installed package: a policy's example is package data (``policies/examples/<id>.yaml``), which
+the fixture suite runs as a passing case (``gpuguard.webhook.suite.run_example``).
 """
 
 from __future__ import annotations
