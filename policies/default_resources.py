@@ -22,6 +22,7 @@ the request.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from decimal import Decimal
 
 from pydantic import Field, field_validator
@@ -74,7 +75,8 @@ def _bytes(value: Decimal) -> str:
     return quantity.format_bytes(Decimal(math.ceil(value / mib) * mib))
 
 
-def _fill(container: Container, name: str, request: Decimal, limit_factor: float | None, fmt) -> bool:
+def _fill(container: Container, name: str, request: Decimal, limit_factor: float | None,
+          fmt: Callable[[Decimal], str]) -> bool:
     """Set ``name``'s request and limit where missing, never below what the user set.
 
     Through the container's own setters: a Spark driver/executor takes them as ``coreRequest``

@@ -68,7 +68,7 @@ def _prefer(template: PodTemplate, key: str, values: list[str], weight: int) -> 
 def _negations(view: WorkloadView) -> list[dict]:
     """One expression per distinct node selection of the configured profiles, negated."""
     out: dict[str, dict] = {}
-    for profile in view.accelerators.profiles:
+    for profile in view.accelerators.profiles if view.accelerators else ():
         if profile.node_selection is not None:
             out.setdefault(profile.node_selection.key, profile.node_selection.negated())
     return list(out.values())

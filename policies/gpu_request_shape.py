@@ -36,8 +36,9 @@ def _when(view: WorkloadView) -> str:
 
 def _container_findings(view: WorkloadView, container: Container) -> Iterator[Finding]:
     res = container.resources() or {}
-    requests = res.get("requests") if isinstance(res.get("requests"), dict) else {}
-    limits = res.get("limits") if isinstance(res.get("limits"), dict) else {}
+    requests, limits = res.get("requests"), res.get("limits")
+    requests = requests if isinstance(requests, dict) else {}
+    limits = limits if isinstance(limits, dict) else {}
     for resource in container.gpus:
         req, lim = quantity.parse(requests.get(resource)), quantity.parse(limits.get(resource))
         amount = lim if lim is not None else req

@@ -40,7 +40,8 @@ def _spot_choices(template: PodTemplate, settings: Settings) -> Iterator[tuple[s
     for _, term in dicts(terms):
         for _, expr in dicts(term.get("matchExpressions")):
             key = expr.get("key")
-            values = expr.get("values") if isinstance(expr.get("values"), list) else []
+            given = expr.get("values")
+            values = given if isinstance(given, list) else []
             if key in settings.spot_labels and (
                     expr.get("operator") == "Exists" or
                     (expr.get("operator") == "In" and settings.spot_labels[key] in values)):

@@ -66,7 +66,8 @@ def device_requests(claim_spec: Any) -> list[DeviceRequest]:
     for request in requests if isinstance(requests, list) else []:
         if not isinstance(request, dict):
             continue
-        body = request.get("exactly") if isinstance(request.get("exactly"), dict) else request
+        exactly = request.get("exactly")
+        body: dict = exactly if isinstance(exactly, dict) else request
         alternatives = request.get("firstAvailable")
         if isinstance(alternatives, list) and alternatives and isinstance(alternatives[0], dict):
             body = alternatives[0]
@@ -111,10 +112,11 @@ class StaticClaims:
             return
         if not str(obj.get("apiVersion", "")).startswith(GROUP + "/"):
             return
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        name = meta.get("name")
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        name, namespace = meta.get("name"), meta.get("namespace")
         if isinstance(name, str):
-            ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
+            ns = namespace if isinstance(namespace, str) else None
             self._claims[(obj["kind"], ns, name)] = device_requests(claim_spec_of(obj))
 
     def lookup(self, kind: ClaimKind, namespace: str | None, name: str) -> list[DeviceRequest] | None:
@@ -155,7 +157,8 @@ def shared() -> ClaimSource | None:
 
 def _claim_ref(entry: dict) -> tuple[ClaimKind, str] | None:
     """Which object a pod's ``resourceClaims[]`` entry names (1.31+ fields, or the older ``source``)."""
-    source = entry.get("source") if isinstance(entry.get("source"), dict) else entry
+    given = entry.get("source")
+    source: dict = given if isinstance(given, dict) else entry
     for field_name, kind in (("resourceClaimTemplateName", "ResourceClaimTemplate"),
                              ("resourceClaimName", "ResourceClaim")):
         name = source.get(field_name)
@@ -172,9 +175,9 @@ def attach_claims(template: PodTemplate, namespace: str | None, accelerators: Ac
     users: dict[str, list] = {}
     for container in template.containers:
         res = container.resources()
-        for _, ref in dicts(res.get("claims") if res else None):
-            if isinstance(ref.get("name"), str):
-                users.setdefault(ref["name"], []).append((container, ref.get("request")))
+        for _, use in dicts(res.get("claims") if res else None):
+            if isinstance(use.get("name"), str):
+                users.setdefault(use["name"], []).append((container, use.get("request")))
     for i, entry in dicts(template.spec.get("resourceClaims")):
         path = template.spec_path + ("resourceClaims", i)
         ref = _claim_ref(entry)
@@ -205,7 +208,7 @@ def attach_claims(template: PodTemplate, namespace: str | None, accelerators: Ac
             dc = request.device_class
             template.claim_devices[dc] = template.claim_devices.get(dc, 0) + count
             template.claim_profiles[dc] = profile
-            container, only_request = first_user
-            if container is not None and (only_request in (None, "", request.name)):
-                container.claim_devices[dc] = container.claim_devices.get(dc, 0) + count
-                container.claim_profiles[dc] = profile
+            user, only_request = first_user
+            if user is not None and (only_request in (None, "", request.name)):
+                user.claim_devices[dc] = user.claim_devices.get(dc, 0) + count
+                user.claim_profiles[dc] = profile

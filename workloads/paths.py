@@ -82,9 +82,10 @@ def set_int_field(obj: dict, path: Path, default: int, maximum: int | None, api_
     """
     parent = obj
     for step in path[:-1]:
-        parent = child_dict(parent, step)  # type: ignore[arg-type]
-        if parent is None:
+        child = child_dict(parent, step)  # type: ignore[arg-type]
+        if child is None:
             return False
+        parent = child
     last = path[-1]
     assert isinstance(last, str), "integer fields are named, not indexed"
     current = parent.get(last)

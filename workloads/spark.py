@@ -73,9 +73,11 @@ def executors(app: dict) -> tuple[int, bool]:
     allocation is on: then up to ``maxExecutors``, which Spark leaves unlimited when unset.
     """
     values = conf(app)
-    executor = app.get("executor") if isinstance(app.get("executor"), dict) else {}
+    executor = app.get("executor")
+    executor = executor if isinstance(executor, dict) else {}
     instances = _count(executor.get("instances")) or _conf_int(values, "spark.executor.instances") or 1
-    dynamic = app.get("dynamicAllocation") if isinstance(app.get("dynamicAllocation"), dict) else {}
+    dynamic = app.get("dynamicAllocation")
+    dynamic = dynamic if isinstance(dynamic, dict) else {}
     enabled = dynamic.get("enabled") is True or values.get("spark.dynamicAllocation.enabled", "").lower() == "true"
     if not enabled:
         return instances, False

@@ -159,9 +159,10 @@ class PodTemplate:
         if self.ref.meta_path is None:
             return None
         parent = get_path(self.root, self.ref.meta_path[:-1])
+        key = self.ref.meta_path[-1]
         if create:
-            return child_dict(parent, self.ref.meta_path[-1])
-        value = parent.get(self.ref.meta_path[-1]) if isinstance(parent, dict) else None
+            return child_dict(parent, key) if isinstance(key, str) else None
+        value = parent.get(key) if isinstance(parent, dict) else None
         return value if isinstance(value, dict) else None
 
     def labels(self) -> dict:
@@ -208,10 +209,10 @@ class PodTemplate:
     def volume_list(self) -> list | None:
         """The list new volumes go in (created on demand), ``None`` when a non-list is in the way."""
         path = self._volume_paths()[0]
-        parent = get_path(self.root, path[:-1])
-        if not isinstance(parent, dict):
+        parent, key = get_path(self.root, path[:-1]), path[-1]
+        if not isinstance(parent, dict) or not isinstance(key, str):
             return None
-        return child_list(parent, path[-1])
+        return child_list(parent, key)
 
 
 _ABSENT = object()
@@ -376,10 +377,10 @@ def _containers(obj: dict, ref: TemplateRef, spec: dict, accelerators: Accelerat
             containers.append(Container(i, list_path[-1], body, ref.spec_path, gpus, profiles,
                                         list_path=list_path if len(list_path) > 1 else ()))
     for key in ref.container_keys:  # single-container keys (KServe's predictor.model, Argo's container …)
-        body = spec.get(key)
-        if isinstance(body, dict):
-            gpus, profiles = container_gpus(body, accelerators)
-            containers.append(Container(None, key, body, ref.spec_path, gpus, profiles))
+        single = spec.get(key)
+        if isinstance(single, dict):
+            gpus, profiles = container_gpus(single, accelerators)
+            containers.append(Container(None, key, single, ref.spec_path, gpus, profiles))
     return containers
 
 

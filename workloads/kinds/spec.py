@@ -15,7 +15,7 @@ from typing import Literal
 from gpuguard.workloads.paths import Path, get_path
 
 # Where a PodSpec keeps its containers (the default of ``TemplateRef.container_lists``).
-POD_CONTAINER_LISTS: tuple[Path, ...] = (("containers",), ("initContainers",))
+POD_CONTAINER_LISTS: tuple[tuple[str, ...], ...] = (("containers",), ("initContainers",))
 
 # A path with wildcards, for the webhook's CEL matchConditions: a field name, "[]" (each list
 # item) or "{}" (each map value).  At most one wildcard per pattern.
@@ -43,7 +43,7 @@ class TemplateRef:
     knative: bool | None = False
     # Lists of containers in the PodSpec (paths relative to it).  Argo templates keep theirs under
     # ``sidecars`` and ``containerSet.containers``; Spark driver/executor specs under ``sidecars``.
-    container_lists: tuple[Path, ...] = POD_CONTAINER_LISTS
+    container_lists: tuple[tuple[str, ...], ...] = POD_CONTAINER_LISTS
     # Volume lists the pod gets (paths from the object root); new volumes go in the first.  Empty:
     # the PodSpec's own ``volumes``.  A Spark application shares ``spec.volumes`` between driver and
     # executors; an Argo template adds its own to the workflow's ``spec.volumes``.
