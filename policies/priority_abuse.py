@@ -28,7 +28,7 @@ def _uses(view: WorkloadView) -> Iterator[tuple[tuple, str]]:
         name = template.spec.get("priorityClassName")
         if isinstance(name, str):
             yield template.spec_path + ("priorityClassName",), name
-    for path in view.kind.priority_class_paths:  # e.g. Kubeflow runPolicy, Volcano spec (kinds.py)
+    for path in view.kind.priority_class_paths:  # e.g. Kubeflow runPolicy, Volcano spec (workloads/kinds/)
         name = get_path(view.obj, path)
         if isinstance(name, str):
             yield path, name
