@@ -18,7 +18,6 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gpuguard.kubeapi.client import ApiError, KubeConfigError, connect, custom_objects
 from gpuguard.workloads.kinds import KINDS, lookup, runtime_of
 
 log = logging.getLogger("gpuguard.lookup")
@@ -75,6 +74,8 @@ class ApiLookup:
 
     def _client(self) -> Any:
         if self._api is None:
+            from gpuguard.kubeapi.client import connect, custom_objects  # only here: files need no client
+
             self._api = custom_objects(connect(self._kubeconfig).api)
         return self._api
 
@@ -83,6 +84,8 @@ class ApiLookup:
         hit = self._cache.get(key)
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
+        from gpuguard.kubeapi.client import ApiError, KubeConfigError
+
         group, kind, namespace, name = key
         version, plural = READABLE[(group, kind)]
         obj: dict | None = None

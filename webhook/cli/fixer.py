@@ -20,13 +20,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
+from ruamel.yaml.scalarstring import SingleQuotedScalarString
 
 from gpuguard.webhook.decision import Decision, RequestContext, Violation
 from gpuguard.webhook.engine.core import MUTATED_BY_ANNOTATION, Engine
 from gpuguard.webhook.engine.patch import make_patch
-from gpuguard.webhook.manifests import document_marker, fill_list_item, is_list, split_text
+from gpuguard.webhook.manifests import document_marker, fill_list_item, is_list, parse_text, split_text
+from gpuguard.webhook.objects import StaticLookup
+from gpuguard.workloads.claims import StaticClaims
 
 
 class FixError(Exception):
@@ -75,9 +79,29 @@ def _token(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
 
+_YAML_1_1 = yaml.resolver.Resolver()
+
+
+def _unambiguous(value: Any) -> Any:
+    """``value`` with every string a YAML 1.1 reader would take for something else (``on``, ``yes``, ``1e3``) quoted.
+
+    ruamel writes YAML 1.2, where ``on`` is a string; kubectl and PyYAML read YAML 1.1, where it
+    is ``true``.  Quoting such strings keeps what ``fix`` writes what the engine decided.
+    """
+    if isinstance(value, dict):
+        return {k: _unambiguous(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unambiguous(v) for v in value]
+    if isinstance(value, str) and _YAML_1_1.resolve(yaml.ScalarNode, value, (True, False)) != "tag:yaml.org,2002:str":
+        return SingleQuotedScalarString(value)
+    return value
+
+
 def apply_patch(doc: Any, ops: list[dict[str, Any]]) -> None:
     """Apply RFC 6902 add/replace/remove ops in place, keeping the round-trip containers (and their comments)."""
     for op in ops:
+        if "value" in op:
+            op = {**op, "value": _unambiguous(op["value"])}
         tokens = [_token(t) for t in op["path"].split("/")[1:]]
         if not tokens:
             raise ValueError("a patch of the whole document cannot be applied in place")
@@ -136,17 +160,29 @@ def _label(obj: Any, where: str) -> str:
 
 
 class Fixer:
-    """Fixes documents with one engine (CREATE, mutating then validating, as ``evaluate`` does)."""
+    """Fixes documents with one engine (CREATE, mutating then validating, as ``evaluate`` does).
+
+    As in ``evaluate``, what a workload names may stand in the same file: a TrainJob's runtime
+    (looked up in the file's objects) and the DRA claims and claim templates of pods.
+    """
 
     def __init__(self, engine: Engine, namespace: str):
         self.engine = engine
         self.namespace = namespace
+        self.lookup: StaticLookup | None = None
+
+    def read_objects(self, text: str, source: str) -> None:
+        """Make the objects of ``text`` (read as ``gpuguard.webhook.manifests`` reads it) what lookups find."""
+        objects = [doc.obj for doc in parse_text(text, source) if doc.obj is not None]
+        self.engine.claims = StaticClaims(objects, origin=source)
+        self.lookup = StaticLookup(objects) or None
 
     def decide(self, obj: dict) -> tuple[list[dict[str, Any]], Decision]:
         """The patch ``fix`` applies to ``obj`` (plain JSON) and the engine's decision."""
         meta = obj.get("metadata")
         ns = meta.get("namespace") if isinstance(meta, dict) and isinstance(meta.get("namespace"), str) else None
-        decision = self.engine.evaluate(obj, RequestContext(operation="CREATE", namespace=ns or self.namespace))
+        decision = self.engine.evaluate(obj, RequestContext(operation="CREATE", namespace=ns or self.namespace,
+                                                            lookup=self.lookup))
         if not decision.mutated_by or not isinstance(decision.mutated, dict):
             return [], decision
         target = _without_mutated_by(obj, orjson.loads(orjson.dumps(decision.mutated)))
@@ -189,8 +225,8 @@ class Fixer:
                 out.append(chunk)
                 continue
             try:
-                yaml = _round_trip(*guess_indent(body))
-                node = yaml.load(body)
+                editor = _round_trip(*guess_indent(body))
+                node = editor.load(body)
             except YAMLError as exc:
                 raise FixError(f"{source}: document {n}: invalid YAML: {exc}") from None
             if not self.fix_node(node, f"{source}[{n}]", results):
@@ -198,7 +234,7 @@ class Fixer:
                 continue
             changed = True
             buffer = io.StringIO()
-            yaml.dump(node, buffer)
+            editor.dump(node, buffer)
             new_body = buffer.getvalue()
             # keep the document's own ending (a trailing blank line before the next "---")
             trailing = body[len(body.rstrip("\n")):]
@@ -217,6 +253,7 @@ class Fixer:
         return FileResult(json.dumps(node, indent=indent, ensure_ascii=False) + "\n", True, results)
 
     def fix_text(self, text: str, source: str) -> FileResult:
+        self.read_objects(text, source)
         if source.endswith(".json") or (text.lstrip().startswith(("{", "[")) and not source.endswith((".yaml",
                                                                                                      ".yml"))):
             return self.fix_json(text, source)
@@ -257,12 +294,12 @@ def guess_indent(body: str) -> tuple[int, int, int]:
 
 
 def _round_trip(mapping: int, sequence: int, offset: int) -> YAML:
-    yaml = YAML(typ="rt")
-    yaml.preserve_quotes = True
-    yaml.width = 4096  # never re-wrap long lines (commands, JSON in annotations)
-    yaml.default_flow_style = False
-    yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
-    return yaml
+    editor = YAML(typ="rt")
+    editor.preserve_quotes = True
+    editor.width = 4096  # never re-wrap long lines (commands, JSON in annotations)
+    editor.default_flow_style = False
+    editor.indent(mapping=mapping, sequence=sequence, offset=offset)
+    return editor
 
 
 def _json_indent(text: str) -> int | None:

@@ -247,3 +247,20 @@ def test_documents_split_where_the_manifest_reader_splits(tmp_path):
     fixed = crlf.read_bytes().decode()
     assert fixed.startswith(CONFIGMAP.lstrip("-\n").replace("\n", "\r\n"))  # the ConfigMap, byte for byte
     assert "priorityClassName: training-standard" in fixed
+
+
+def test_added_strings_read_back_as_strings_by_yaml_1_1_readers():
+    """ruamel writes YAML 1.2, where ``on`` is a string; kubectl and PyYAML read ``on`` as true."""
+    import io
+
+    from gpuguard.webhook.cli.fixer import _round_trip, apply_patch
+
+    editor = _round_trip(2, 2, 0)
+    node = editor.load("metadata:\n  name: x\n")
+    words = ["on", "yes", "off", "1e3", "0x1F", "null", "~", "2024-05-01", "plain"]
+    apply_patch(node, [{"op": "add", "path": "/metadata/labels", "value": {"gpu": "on"}},
+                       {"op": "add", "path": "/values", "value": words}])
+    out = io.StringIO()
+    editor.dump(node, out)
+    assert yaml.safe_load(out.getvalue()) == {"metadata": {"name": "x", "labels": {"gpu": "on"}}, "values": words}
+    assert "- plain\n" in out.getvalue()  # only what needs quotes is quoted
