@@ -48,6 +48,7 @@ class PolicyInfo:
     rationale: str
     example: str
     settings: tuple[SettingInfo, ...]
+    configurable: bool = True  # False for the engine's own check: no config key reaches it
 
     @property
     def one_line(self) -> str:
@@ -130,7 +131,7 @@ ENGINE_CHECK = PolicyInfo(
                 "are not numbers Kubernetes accepts or are out of range; always on, before every policy.",
     rationale="A quantity no policy can read would be taken as missing, and an object asking for "
               "\"1e800000\" GPUs would pass as asking for none.",
-    example="", settings=())
+    example="", settings=(), configurable=False)
 
 
 def load_catalog(config: Any = None) -> dict[str, PolicyInfo]:

@@ -128,6 +128,9 @@ def run_explain(args: argparse.Namespace) -> int:
     console.print(info.description or "-")
     console.print("\n[bold]Why it matters[/bold]")
     console.print(info.rationale or "-")
+    if not info.configurable:
+        console.print("\nAn engine check: always on, with no action or setting in the config.")
+        return ExitCode.OK
     console.print("\n[bold]Settings[/bold]")
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     for column in ("NAME", "TYPE", "DEFAULT", "DESCRIPTION"):

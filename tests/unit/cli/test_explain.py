@@ -24,7 +24,14 @@ def test_policies_lists_the_registry(capsys) -> None:
         line = next(line for line in out.splitlines() if line.startswith(pid + " "))
         assert policy.phase in line and policy.default_action in line
     code, out, _ = run(capsys, "policies", "--format", "json")
-    assert [p["id"] for p in json.loads(out)] == list(REGISTRY)
+    # the registry in engine order, then the engine's own check that every shell shares
+    assert [p["id"] for p in json.loads(out)] == [*REGISTRY, "invalid-quantity"]
+
+
+def test_explain_knows_the_engines_invalid_quantity_check(capsys) -> None:
+    code, out, _ = run(capsys, "explain", "invalid-quantity")
+    assert code == 0 and "not numbers Kubernetes" in " ".join(out.split())
+    assert "always on" in out and "Configure it" not in out
 
 
 def test_explain_shows_checks_rationale_settings_and_example(capsys) -> None:
