@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh machine too: installs what it needs, then lint, layers + pytest.
+# The whole test suite, on a fresh machine too: installs what it needs, then lint, types, layers,
+# generated files + pytest.
 #   unit tests      engine, policies, config, certs, server over real HTTPS, audit formats
 #   e2e tests       a real kube-apiserver + kube-controller-manager (built once from the Go
 #                   module proxy, cached in ~/.cache/gpuguard-e2e) + etcd, driven with kubectl
@@ -28,7 +29,8 @@ else
   echo "test.sh: Go is missing: the e2e tests will skip (and fail under CI=true)"
 fi
 
-ruff check .
+ruff check .  # lint, with the complexity gate (outliers named in pyproject.toml)
+bash scripts/typecheck.sh  # mypy over the engine, config, decision, workloads and policies
 lint-imports  # the layering contracts in pyproject.toml
 python3 scripts/generate.py --check  # every derived file (configs, tables, cases) is up to date
 python3 -m pytest -p no:cacheprovider "$@"
