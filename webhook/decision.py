@@ -31,7 +31,7 @@ class RequestContext:
     # Reads another object a workload names (a TrainJob's runtime): (group, kind, namespace or None,
     # name) -> the object, or None when unknown.  The server serves it from its cache, the audit from
     # its input or the cluster; None here means nothing can be looked up.
-    lookup: Callable[[str, str, str | None, str], dict | None] | None = None
+    read_object: Callable[[str, str, str | None, str], dict | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Reading the objects a workload names (a TrainJob's runtime), for ``RequestContext.lookup``.
+"""Reading the objects a workload names (a TrainJob's runtime), for ``RequestContext.read_object``.
 
 Three sources, one shape — ``(group, kind, namespace or None, name) -> object or None``:
 

@@ -280,7 +280,7 @@ def _objects(case: Case) -> StaticLookup | None:
 
 
 def _context(request: Request, old: Any, objects: StaticLookup | None = None) -> RequestContext:
-    return RequestContext(operation=request.operation or "CREATE", lookup=objects,
+    return RequestContext(operation=request.operation or "CREATE", read_object=objects,
                           namespace=request.namespace if request.namespace is not None else "default",
                           namespace_labels=dict(request.namespace_labels or {}),
                           username=request.username if request.username is not None else "alice",

@@ -45,7 +45,7 @@ def test_certs_inject_patches_ca_bundle_through_the_real_api(control_plane, tmp_
     gpuguard("certs", "create", "--service", "gpuguard", "--namespace", "gpuguard", "--out", str(certs))
     missing = gpuguard("certs", "inject", "--ca", str(certs / "ca.crt"), "--kubeconfig",
                        str(control_plane.kubeconfig), "--name", "does-not-exist", check=False)
-    assert missing.returncode == 1 and "gpuguard: error:" in missing.stderr and "Traceback" not in missing.stderr
+    assert missing.returncode == 2 and "gpuguard: error:" in missing.stderr and "Traceback" not in missing.stderr
     gpuguard("certs", "inject", "--ca", str(certs / "ca.crt"), "--kubeconfig", str(control_plane.kubeconfig),
              "--name", name)
     expected = base64.b64encode((certs / "ca.crt").read_bytes()).decode()

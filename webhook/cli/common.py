@@ -13,12 +13,31 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gpuguard.webhook.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from gpuguard.webhook.config import Config
 
 
 class UsageError(Exception):
     """Flags that don't fit together; reported like argparse errors, exit 2."""
+
+
+def load_config_or_exit(path: str | None) -> Config:
+    """The config a verb runs with; a bad or unreadable file is a ``UsageError`` (one line, exit 2).
+
+    The config room is imported here, not at the top, so that ``--help`` stays light.
+    """
+    from gpuguard.webhook.config import ConfigError, load_config
+
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}") from None
 
 
 def error(message: str) -> None:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gpuguard.webhook.cli.common import error, guard
+from gpuguard.webhook.cli.common import error, guard, load_config_or_exit
 from gpuguard.webhook.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -58,17 +58,12 @@ def run(args: argparse.Namespace) -> int:
     import orjson
 
     from gpuguard.webhook.cli.audit.run import file_context
-    from gpuguard.webhook.config import ConfigError, load_config
     from gpuguard.webhook.engine.core import Engine
     from gpuguard.webhook.manifests import load as load_documents
     from gpuguard.webhook.objects import StaticLookup
     from gpuguard.workloads.claims import StaticClaims
 
-    try:
-        engine = Engine(load_config(args.config))
-    except ConfigError as exc:
-        error(str(exc))
-        return ExitCode.USAGE
+    engine = Engine(load_config_or_exit(args.config))
     results: list[dict[str, Any]] = []
     denied = bad_input = False
     docs = list(load_documents([args.file]))

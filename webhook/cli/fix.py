@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuguard.webhook.cli.common import error, guard
+from gpuguard.webhook.cli.common import error, guard, load_config_or_exit
 from gpuguard.webhook.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -58,15 +58,10 @@ def _report(result: FileResult, stream: Any) -> tuple[bool, bool]:
 
 def run(args: argparse.Namespace) -> int:
     from gpuguard.webhook.cli.fixer import Fixer, FixError
-    from gpuguard.webhook.config import ConfigError, load_config
     from gpuguard.webhook.engine.core import Engine
     from gpuguard.webhook.manifests import ManifestError, read_text
 
-    try:
-        engine = Engine(load_config(args.config))
-    except ConfigError as exc:
-        error(str(exc))
-        return ExitCode.USAGE
+    engine = Engine(load_config_or_exit(args.config))
     fixer = Fixer(engine, args.namespace)
     denied = failed = False
     for name in args.files:

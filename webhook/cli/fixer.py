@@ -182,7 +182,7 @@ class Fixer:
         meta = obj.get("metadata")
         ns = meta.get("namespace") if isinstance(meta, dict) and isinstance(meta.get("namespace"), str) else None
         decision = self.engine.evaluate(obj, RequestContext(operation="CREATE", namespace=ns or self.namespace,
-                                                            lookup=self.lookup))
+                                                            read_object=self.lookup))
         if not decision.mutated_by or not isinstance(decision.mutated, dict):
             return [], decision
         target = _without_mutated_by(obj, orjson.loads(orjson.dumps(decision.mutated)))

@@ -160,7 +160,7 @@ class Engine:
         """A kind that names its pod templates elsewhere (a TrainJob and its runtime): judge what they make.
 
         The object is not mutated (its templates are not in it; the JobSet its controller creates from
-        them is, see ``gpuguard.workloads.controllers``).  Validation resolves the runtime through ``ctx.lookup``,
+        them is, see ``gpuguard.workloads.controllers``).  Validation resolves the runtime through ``ctx.read_object``,
         builds the object the operator will create, runs every policy on it as on any workload, and
         reports the findings on the named object, prefixed with where in the runtime they are.
         """
@@ -170,7 +170,7 @@ class Engine:
                                 "creates is mutated")
             return decision
         key = kinds.runtime_of(obj, kind.runtime, decision.namespace)
-        runtime = ctx.lookup(*key) if ctx.lookup and key else None
+        runtime = ctx.read_object(*key) if ctx.read_object and key else None
         if runtime is None:
             where = "it names no runtime" if key is None else f"{key[1]} {key[3]!r} not found"
             decision.error = f"its runtime could not be read ({where}), so its pods could not be checked"

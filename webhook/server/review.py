@@ -91,7 +91,7 @@ def context(req: AdmissionRequest, endpoint: str, labels: dict[str, str],
         old_object=req.old_object if req.operation == "UPDATE" and isinstance(req.old_object, dict) else None,
         mutate=endpoint == "mutate",
         validate=endpoint == "validate",
-        lookup=objects.cached if objects is not None else None,
+        read_object=objects.cached if objects is not None else None,
     )
 
 

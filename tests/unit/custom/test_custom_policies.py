@@ -211,7 +211,7 @@ def test_a_kind_judged_through_its_runtime_gets_the_rule_on_the_runtimes_templat
     from gpuguard.webhook.objects import StaticLookup
 
     obj = make(name, bare_pod_spec(1))
-    ctx = RequestContext(namespace="ml", lookup=StaticLookup([runtime_for(name, bare_pod_spec(1))]))
+    ctx = RequestContext(namespace="ml", read_object=StaticLookup([runtime_for(name, bare_pod_spec(1))]))
     eng = engine(rule("podSpec.containers.all(c, c.image.startsWith('registry.corp/'))"))
     decision = eng.evaluate(obj, ctx)
     assert decision.error is None and not decision.allowed

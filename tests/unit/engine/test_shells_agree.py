@@ -107,7 +107,7 @@ def _config_args(config: Path | None) -> list[str]:
 
 def by_engine(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
     decision = Engine(load_config(config)).evaluate(obj, RequestContext(namespace=NAMESPACE,
-                                                                        lookup=StaticLookup(objects)))
+                                                                        read_object=StaticLookup(objects)))
     return Answer(decision.allowed, tuple(sorted(v.policy for v in decision.denials)),
                   tuple(sorted(v.policy for v in decision.warnings)), decision.mutated)
 

@@ -46,7 +46,7 @@ def test_runtime_kinds_are_judged_with_their_runtime_and_never_mutated(name):
 
     engine = Engine(parse_config_text("kind: GpuguardConfig\n"))
     obj = make(name, pvc_pod_spec(gpus=8), replicas=9)  # 9 nodes x 8 GPUs: over the 64 total
-    ctx = RequestContext(namespace="ml", lookup=StaticLookup([runtime_for(name, pvc_pod_spec(gpus=8))]))
+    ctx = RequestContext(namespace="ml", read_object=StaticLookup([runtime_for(name, pvc_pod_spec(gpus=8))]))
     decision = engine.evaluate(obj, ctx)
     assert decision.gpus == 72 and decision.patch == []
     assert "gpu-request-shape" in {v.policy for v in decision.denials}

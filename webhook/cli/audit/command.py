@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuguard.webhook.cli.audit.formats import FORMATS, HUMAN_FORMATS, RenderOptions, render
 from gpuguard.webhook.cli.audit.run import FAIL_ON, AuditItem, AuditReport
-from gpuguard.webhook.cli.common import UsageError, error, guard
+from gpuguard.webhook.cli.common import UsageError, error, guard, load_config_or_exit
 from gpuguard.webhook.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -143,19 +143,11 @@ def run_audit(args: argparse.Namespace) -> int:
     from gpuguard.webhook.catalog import load_catalog
     from gpuguard.webhook.cli.audit import cost
     from gpuguard.webhook.cli.audit.run import evaluate_all, file_context
-    from gpuguard.webhook.config import ConfigError, load_config
     from gpuguard.webhook.engine.core import Engine
     from gpuguard.webhook.objects import StaticLookup
     from gpuguard.workloads.claims import StaticClaims
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        error(str(exc))
-        return ExitCode.USAGE
-    except OSError as exc:
-        error(f"{args.config}: {exc.strerror or exc}")
-        return ExitCode.USAGE
+    config = load_config_or_exit(args.config)
     engine = Engine(config)
     prices = cost.Prices.from_config(config)
     items: list[AuditItem] = []
@@ -245,7 +237,8 @@ def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, i
             progress.update(task, objects=listed)
 
     runtimes = ApiLookup(api=custom_objects(conn.api))
-    pairs = ((doc, replace(ctx, lookup=runtimes) if ctx is not None else None) for doc, ctx in lister.objects(on_kind))
+    pairs = ((doc, replace(ctx, read_object=runtimes) if ctx is not None else None)
+             for doc, ctx in lister.objects(on_kind))
     try:
         engine.claims = lister.claims()  # DRA claim templates and claims, listed once
         items.extend(evaluate_all(pairs, engine.evaluate, prices, on_item=on_item))

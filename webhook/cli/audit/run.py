@@ -183,7 +183,7 @@ def file_context(obj: dict | None, default_namespace: str | None,
     if not isinstance(namespace, str) or not namespace:
         namespace = default_namespace
     return RequestContext(operation="CREATE", namespace=namespace,
-                          namespace_labels=dict(namespace_labels or {}), lookup=lookup)
+                          namespace_labels=dict(namespace_labels or {}), read_object=lookup)
 
 
 def _counter() -> dict[str, int]:
