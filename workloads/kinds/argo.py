@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpuguard.workloads import argo
-from gpuguard.workloads.kinds.spec import Creates, JobFields, KindSpec, Locate, Operator, TemplateRef, VolumeClaims
+from gpuguard.workloads.kinds.spec import (
+    Creates,
+    JobFields,
+    KindSpec,
+    Locate,
+    Operator,
+    Peak,
+    TemplateRef,
+    VolumeClaims,
+)
 from gpuguard.workloads.paths import Path, dicts, get_path
 
 # Argo Workflows (namespace argo; the Helm chart's and the quick-start's service accounts): a
@@ -32,18 +41,34 @@ def _argo_at(prefix: Path) -> Locate:
 
     def locate(obj: dict) -> Iterator[TemplateRef]:
         workflow = get_path(obj, prefix)
+        try:
+            counts = argo.most_at_once(workflow)  # every template's, in one walk
+        except argo.TooLarge:
+            counts = {}  # one pod each here; the view's peak (_peak_at) refuses the workflow
         for i, template in dicts(get_path(workflow, ("templates",))):
             if not argo.is_pod_template(template):
                 continue
             given = template.get("name")
             name = given if isinstance(given, str) else f"template-{i}"
             base = prefix + ("templates", i)
-            yield TemplateRef(name, base, base + ("metadata",), argo.most_at_once(workflow, name),
+            yield TemplateRef(name, base, base + ("metadata",), counts.get(name, 1),
                               container_keys=("container", "script"),
                               container_lists=(("initContainers",), ("sidecars",), ("containerSet", "containers")),
                               volume_paths=(base + ("volumes",), prefix + ("volumes",)), inherits=inherits)
 
     return locate
+
+
+def _peak_at(prefix: Path) -> Peak:
+    """The heaviest moment's pods, after checking the bounds the per-template counts need too (so a
+    workflow the locator could only count one pod per template is refused, not under-counted)."""
+
+    def peak(obj: dict, weight: argo.Weight) -> dict[str, int]:
+        workflow = get_path(obj, prefix)
+        argo.most_at_once(workflow)
+        return argo.peak(workflow, weight)
+
+    return peak
 
 
 def _argo_kind(kind: str, plural: str, prefix: Path, creates: tuple[str, ...]) -> KindSpec:
@@ -57,7 +82,7 @@ def _argo_kind(kind: str, plural: str, prefix: Path, creates: tuple[str, ...]) -
                     priority_class_paths=(prefix + ("podPriorityClassName",),
                                           prefix + ("templateDefaults", "priorityClassName")),
                     volume_claims=VolumeClaims(prefix + ("volumeClaimTemplates",), "claim-templates"),
-                    peak=lambda obj, weight: argo.peak(get_path(obj, prefix), weight),
+                    peak=_peak_at(prefix),
                     controllers=(Creates(WORKFLOW_CONTROLLER, creates),) if creates else ())
 
 

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from gpuguard.workloads import spark
-from gpuguard.workloads.argo import heaviest_antichain, peak
+from gpuguard.workloads.argo import MAX_DAG_TASKS, MAX_TEMPLATES, TooLarge, heaviest_antichain, most_at_once, peak
 from tests.support.builders import ADAPTED_KINDS, make, pvc_pod_spec
 from tests.support.engines import engine_with, evaluate_twice, only
 
@@ -231,3 +231,105 @@ def test_argo_per_outcome_ttls_are_capped_too():
     wf["spec"]["entrypoint"] = "train"
     ttl = evaluate_twice(only("job-ttl"), wf).mutated["spec"]["ttlStrategy"]
     assert ttl == {"secondsAfterSuccess": 600, "secondsAfterFailure": 604800, "secondsAfterCompletion": 86400}
+
+
+# ------------------------------------------------------------------ Argo: bounded, linear work
+
+def edmonds_karp_antichain(nodes: list[str], edges: list[tuple[str, str]], weight: dict[str, int]) -> list[str]:
+    """The former algorithm (one breadth-first search per augmenting path), kept as an oracle."""
+    index = {n: i for i, n in enumerate(nodes)}
+    source, sink = 2 * len(nodes), 2 * len(nodes) + 1
+    big = sum(max(w, 0) for w in weight.values()) + 1
+    residual: dict[int, dict[int, int]] = {v: {} for v in range(2 * len(nodes) + 2)}
+
+    def arc(a: int, b: int, forward: int, backward: int) -> None:
+        residual[a][b] = residual[a].get(b, 0) + forward
+        residual[b][a] = residual[b].get(a, 0) + backward
+
+    for n, i in index.items():
+        w = max(weight.get(n, 0), 0)
+        arc(source, 2 * i, big, w)
+        arc(2 * i, 2 * i + 1, big, 0)
+        arc(2 * i + 1, sink, big, w)
+    for before, after in edges:
+        arc(2 * index[before] + 1, 2 * index[after], big, 0)
+    while True:
+        parent = {sink: sink}
+        queue = [sink]
+        for v in queue:
+            for u, cap in residual[v].items():
+                if cap > 0 and u not in parent:
+                    parent[u] = v
+                    queue.append(u)
+        if source not in parent:
+            break
+        path, v = [], source
+        while v != sink:
+            path.append((parent[v], v))
+            v = parent[v]
+        push = min(residual[a][b] for a, b in path)
+        for a, b in path:
+            residual[a][b] -= push
+            residual[b][a] += push
+    return [n for n, i in index.items() if 2 * i + 1 in parent and 2 * i not in parent and weight.get(n, 0) > 0]
+
+
+def random_dag_workflow(rng: random.Random, tasks: int, pods: int) -> dict:
+    names = [f"t{i}" for i in range(tasks)]
+    dag = [{"name": n, "template": f"p{rng.randrange(pods)}",
+            "dependencies": [m for m in names[:i] if rng.random() < 0.35]} for i, n in enumerate(names)]
+    for task in dag:
+        if rng.random() < 0.3:
+            task["withItems"] = list(range(rng.randint(0, 3)))
+    return {"entrypoint": "main", "templates": [{"name": "main", "dag": {"tasks": dag}},
+                                                *[{"name": f"p{k}", "container": {}} for k in range(pods)]]}
+
+
+def test_the_max_flow_weighs_the_same_as_the_former_algorithm_on_random_dags():
+    rng = random.Random(12)
+    for _ in range(300):
+        nodes = [f"t{i}" for i in range(rng.randint(1, 12))]
+        edges = [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:] if rng.random() < 0.35]
+        weight = {n: rng.choice([0, 1, 2, 8]) for n in nodes}
+        chosen, former = heaviest_antichain(nodes, edges, weight), edmonds_karp_antichain(nodes, edges, weight)
+        assert sum(weight[n] for n in chosen) == sum(weight[n] for n in former)
+
+
+def test_every_templates_count_in_one_walk_equals_weighing_one_template_at_a_time():
+    rng = random.Random(7)
+    for _ in range(150):
+        spec = random_dag_workflow(rng, rng.randint(1, 12), rng.randint(1, 4))
+        counts = most_at_once(spec)
+        for k in range(4):
+            one = peak(spec, lambda n, k=k: 1 if n == f"p{k}" else 0).get(f"p{k}", 0)
+            assert counts.get(f"p{k}", 1) == max(one, 1)  # what the template locator gives each template
+
+
+def nested_steps(depth: int) -> dict:
+    """``s0`` calls ``s1`` ... each level with a GPU pod beside the next: deeper than any recursion limit."""
+    templates = [{"name": f"s{i}", "steps": [[{"name": "pod", "template": "train"},
+                                              {"name": "deeper", "template": f"s{i + 1}"}]]} for i in range(depth)]
+    return {"entrypoint": "s0", "templates": [*templates, {"name": "train", "container": {}}]}
+
+
+def test_deep_and_wide_steps_are_walked_without_recursion():
+    deep = nested_steps(MAX_TEMPLATES - 1)
+    assert most_at_once(deep) == {"train": MAX_TEMPLATES - 1}
+    wide = {"entrypoint": "main", "templates": [
+        {"name": "main", "steps": [[{"name": f"s{i}", "template": "train"} for i in range(5000)]]},
+        {"name": "train", "container": {}}]}
+    assert peak(wide, lambda n: 1) == {"train": 5000}
+
+
+def test_a_thousand_task_dag_is_judged_and_larger_ones_are_refused_naming_the_bound():
+    chain = [{"name": f"t{i}", "template": "train", "dependencies": [f"t{i - 1}"] if i else []}
+             for i in range(MAX_DAG_TASKS)]
+    wf = workflow([{"name": "main", "dag": {"tasks": chain}}, pod("train", 8)])
+    decision = engine_with().evaluate(wf)
+    assert decision.error is None and decision.gpus == 8  # one task after another
+    for size in (3_000, 20_000):
+        wide = [{"name": f"t{i}", "template": "train"} for i in range(size)]
+        refused = engine_with().evaluate(workflow([{"name": "main", "dag": {"tasks": wide}}, pod("train", 8)]))
+        assert not refused.allowed and "MAX_DAG_TASKS" in refused.error and str(MAX_DAG_TASKS) in refused.error
+    with pytest.raises(TooLarge, match="MAX_TEMPLATES"):
+        most_at_once(nested_steps(MAX_TEMPLATES + 1))
