@@ -24,6 +24,10 @@ CONFIG_KIND: Final = "GpuguardConfig"
 # requests over 3 MiB, so a review (object + oldObject) that is larger cannot be a real one.
 # The one default for the config key ``maxBodyBytes`` and ``gpuguard serve --max-body-bytes``.
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
+# How long the webhook takes over one review before answering it as not judged: below the
+# 10 s timeoutSeconds the shipped webhook configurations give the apiserver, so the answer
+# (and its reason) arrives rather than the apiserver's own timeout.
+DEFAULT_REVIEW_DEADLINE_SECONDS = 8.0
 
 WorkloadClass = Literal["training", "inference", "batch-inference", "notebook", "smoke-test"]
 
@@ -114,6 +118,9 @@ class ConfigFile(ConfigModel):
     failure_mode: Literal["open", "closed"] = Field("open", description="Engine failure: allow with a "
                                                     "warning (open) or deny (closed).")
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
+    review_deadline_seconds: float = Field(
+        DEFAULT_REVIEW_DEADLINE_SECONDS, gt=0, le=30, description="A review not answered within this many "
+        "seconds is answered as not judged (per failureMode); keep it below the webhook's timeoutSeconds.")
     accelerators: list[dict[str, Any]] = Field(
         default_factory=list, description="Accelerator profiles, merged by name into the shipped ones "
         "(docs/accelerators.md).")

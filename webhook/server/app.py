@@ -12,12 +12,13 @@ import contextlib
 import gc
 import os
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gpuguard.webhook.server import filewatch, logs, metrics, protocol, tls
+from gpuguard.webhook.server import filewatch, limits, logs, metrics, protocol, tls
 from gpuguard.webhook.server.namespaces import NamespaceLabels
 from gpuguard.webhook.server.review import handle_review, json_response
 from gpuguard.webhook.server.state import Active, ServerState, ServeSettings, build_active
@@ -80,10 +81,15 @@ def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            engine_pool.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="gpuguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
                   redirect_slashes=False)
     app.state.server = server
+    # The engine runs here, off the event loop (``review._judge``): /readyz and other reviews are
+    # answered while a large review is judged.
+    engine_pool = ThreadPoolExecutor(limits.ENGINE_THREADS, thread_name_prefix="gpuguard-engine")
+    app.state.engine_pool = engine_pool
 
     @app.post("/mutate")
     async def mutate(request: Request) -> Response:

@@ -8,3 +8,7 @@ DEFAULT_READ_TIMEOUT = 10.0
 # Each apiserver keeps a small pool of keep-alive connections; a thousand is far above any
 # real cluster's need and well below what exhausts the process's file descriptors.
 DEFAULT_MAX_CONNECTIONS = 1000
+# Engine threads per worker: reviews are judged off the event loop, so health probes and other
+# reviews are answered while a large one is judged.  The GIL runs one at a time; more threads
+# only let more slow reviews run side by side before a new one queues (bench/hostile.py).
+ENGINE_THREADS = 4

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
+from gpuguard.webhook.config.schema import DEFAULT_REVIEW_DEADLINE_SECONDS
 from gpuguard.webhook.decision import Decision, RequestContext
 from gpuguard.webhook.objects import ApiLookup, runtime_key
 from gpuguard.webhook.server import envelope, logs, metrics, scale
@@ -165,8 +167,10 @@ def answer(server: ServerState, endpoint: str, req: AdmissionRequest,
     return review, outcome
 
 
-async def _judge(server: ServerState, endpoint: str, req: AdmissionRequest) -> tuple[dict[str, Any], Outcome]:
-    """Gather what the engine reads (namespace labels, a runtime, a scaled workload) off the event loop, then answer."""
+async def _judge(server: ServerState, endpoint: str, req: AdmissionRequest,
+                 pool: Executor | None = None) -> tuple[dict[str, Any], Outcome]:
+    """Gather what the engine reads (namespace labels, a runtime, a scaled workload) off the event loop, then
+    answer in ``pool`` (the engine's threads): the event loop stays free for probes and other reviews."""
     labels = await server.namespace_labels(req)
     if endpoint == "validate":
         await _prefetch(server, req)
@@ -174,7 +178,36 @@ async def _judge(server: ServerState, endpoint: str, req: AdmissionRequest) -> t
         judged = await _as_workload_update(server, req) if req.sub_resource == "scale" else req
     except scale.ScaleError as exc:
         return failure(server, req, str(exc))
-    return answer(server, endpoint, judged, labels)
+    if pool is None:
+        return answer(server, endpoint, judged, labels)
+    return await asyncio.get_running_loop().run_in_executor(pool, answer, server, endpoint, judged, labels)
+
+
+def review_deadline(server: ServerState) -> float:
+    """The config's ``reviewDeadlineSeconds``: past it, a review is answered as not judged."""
+    raw = getattr(server.active.config, "raw", None)
+    deadline = getattr(raw, "review_deadline_seconds", None)
+    return deadline if isinstance(deadline, (int, float)) and deadline > 0 else DEFAULT_REVIEW_DEADLINE_SECONDS
+
+
+async def _judge_in_time(server: ServerState, endpoint: str, req: AdmissionRequest,
+                         pool: Executor | None) -> tuple[dict[str, Any], Outcome]:
+    """:func:`_judge` within the review deadline, else answered as not judged (per failureMode).
+
+    The engine thread of a review past its deadline runs on to its end (a thread can't be
+    stopped; the engine's bounds keep that end near), but nobody waits for it.
+    """
+    deadline = review_deadline(server)
+    timer = asyncio.timeout(deadline)
+    try:
+        async with timer:
+            return await _judge(server, endpoint, req, pool)
+    except TimeoutError:
+        if not timer.expired():
+            raise
+    logs.server_logger().warning("review deadline passed; answering per failureMode",
+                                 extra={"uid": req.uid, "deadline_s": deadline})
+    return failure(server, req, f"not judged within the review deadline of {deadline:g} s (reviewDeadlineSeconds)")
 
 
 def json_response(status: int, body: Any) -> Response:
@@ -206,7 +239,7 @@ async def handle_review(request: Request, endpoint: str) -> Response:
     if skip is not None:
         review, outcome = envelope.allow(req.uid), Outcome("allowed", skipped=skip)
     else:
-        review, outcome = await _judge(server, endpoint, req)
+        review, outcome = await _judge_in_time(server, endpoint, req, getattr(request.app.state, "engine_pool", None))
     body = orjson.dumps(review)
     elapsed = time.perf_counter() - started
     metrics.DURATION.labels(endpoint=endpoint).observe(elapsed)
