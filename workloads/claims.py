@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from gpuguard.workloads.paths import dicts
 
 if TYPE_CHECKING:
-    from gpuguard.workloads.accelerators import Accelerators
+    from gpuguard.workloads.accelerators import Accelerators, Profile
     from gpuguard.workloads.view import PodTemplate
 
 GROUP = "resource.k8s.io"
@@ -43,6 +43,8 @@ class DeviceRequest:
     name: str
     device_class: str
     count: int | None
+    # ``firstAvailable``: every alternative the scheduler may choose; the largest is what the pod may get.
+    alternatives: tuple[DeviceRequest, ...] = ()
 
 
 def _one(request: dict) -> tuple[str | None, int | None]:
@@ -57,8 +59,9 @@ def _one(request: dict) -> tuple[str | None, int | None]:
 def device_requests(claim_spec: Any) -> list[DeviceRequest]:
     """The device requests of a ResourceClaimSpec (``{devices: {requests: [...]}}``), any served version.
 
-    ``firstAvailable`` (prioritized alternatives) counts its first alternative: the one the
-    scheduler tries first.  Admin-access requests hold no device exclusively and count nothing.
+    ``firstAvailable`` (prioritized alternatives) keeps every alternative: the scheduler takes the
+    first one it can satisfy, which may be any of them, so the pod is judged by the largest
+    (``attach_claims``).  Admin-access requests hold no device exclusively and count nothing.
     """
     devices = claim_spec.get("devices") if isinstance(claim_spec, dict) else None
     requests = devices.get("requests") if isinstance(devices, dict) else None
@@ -66,17 +69,25 @@ def device_requests(claim_spec: Any) -> list[DeviceRequest]:
     for request in requests if isinstance(requests, list) else []:
         if not isinstance(request, dict):
             continue
-        exactly = request.get("exactly")
-        body: dict = exactly if isinstance(exactly, dict) else request
+        name = str(request.get("name", ""))
         alternatives = request.get("firstAvailable")
-        if isinstance(alternatives, list) and alternatives and isinstance(alternatives[0], dict):
-            body = alternatives[0]
-        if body.get("adminAccess") is True:
+        if isinstance(alternatives, list) and alternatives:
+            options = tuple(r for r in (_request(name, a) for a in alternatives if isinstance(a, dict)) if r)
+            if options:
+                out.append(DeviceRequest(name, options[0].device_class, options[0].count, options))
             continue
-        device_class, count = _one(body)
-        if isinstance(device_class, str) and device_class:
-            out.append(DeviceRequest(str(request.get("name", "")), device_class, count))
+        exactly = request.get("exactly")
+        found = _request(name, exactly if isinstance(exactly, dict) else request)
+        if found is not None:
+            out.append(found)
     return out
+
+
+def _request(name: str, body: dict) -> DeviceRequest | None:
+    if body.get("adminAccess") is True:
+        return None
+    device_class, count = _one(body)
+    return DeviceRequest(name, device_class, count) if isinstance(device_class, str) and device_class else None
 
 
 def claim_spec_of(obj: dict) -> dict | None:
@@ -167,9 +178,26 @@ def _claim_ref(entry: dict) -> tuple[ClaimKind, str] | None:
     return None
 
 
+def _largest(request: DeviceRequest, accelerators: Accelerators) -> tuple[DeviceRequest, Profile] | None:
+    """The alternative of ``request`` that holds the most accelerators (itself when it has none)."""
+    best: tuple[int, DeviceRequest, Profile] | None = None
+    for option in request.alternatives or (request,):
+        profile = accelerators.for_device_class(option.device_class)
+        if profile is None:
+            continue  # not an accelerator class
+        size = option.count if option.count is not None else (profile.max_per_node or 1)
+        if best is None or size > best[0]:
+            best = (size, option, profile)
+    return (best[1], best[2]) if best is not None else None
+
+
 def attach_claims(template: PodTemplate, namespace: str | None, accelerators: Accelerators,
                   claims: ClaimSource | None) -> None:
-    """Count the devices of ``template``'s claims into it (and into the first container using each)."""
+    """Count the devices of ``template``'s claims into it (and into the first container using each).
+
+    A claim that can't be read goes to ``template.unjudged_claims`` as well as to the advisory
+    list: the engine refuses such a pod unless the admin chose ``failureMode: open``.
+    """
 
     source = claims if claims is not None else (_shared or UNCONFIGURED)
     users: dict[str, list] = {}
@@ -183,29 +211,34 @@ def attach_claims(template: PodTemplate, namespace: str | None, accelerators: Ac
         ref = _claim_ref(entry)
         claim_name = entry.get("name")
         if ref is None:
-            template.unresolved_claims.append((path, f"resource claim {claim_name!r} names no ResourceClaim or "
-                                               "ResourceClaimTemplate: its devices are not counted"))
+            problem = (path, f"resource claim {claim_name!r} names no ResourceClaim or ResourceClaimTemplate: "
+                       "its devices are not counted")
+            template.unresolved_claims.append(problem)
+            template.unjudged_claims.append(problem)
             continue
         kind, name = ref
         requests = source.lookup(kind, namespace, name)
         if requests is None:
-            template.unresolved_claims.append((path, f"{kind} {name} could not be resolved ({source.why_unknown()}): "
-                                               "its devices are not counted or checked"))
+            problem = (path, f"{kind} {name} could not be resolved ({source.why_unknown()}): its devices are not "
+                       "counted or checked")
+            template.unresolved_claims.append(problem)
+            template.unjudged_claims.append(problem)
             continue
         first_user = users.get(claim_name, [(None, None)])[0] if isinstance(claim_name, str) else (None, None)
         for request in requests:
-            profile = accelerators.for_device_class(request.device_class)
-            if profile is None:
-                continue  # not an accelerator class
-            count = request.count
+            chosen = _largest(request, accelerators)
+            if chosen is None:
+                continue
+            option, profile = chosen
+            count = option.count
             if count is None:
                 count = profile.max_per_node
                 if count is None:
                     template.unresolved_claims.append((path, f"{kind} {name} asks for all devices of class "
-                                                       f"{request.device_class}, and profile {profile.name} has "
+                                                       f"{option.device_class}, and profile {profile.name} has "
                                                        "no maxPerNode: counted as 1"))
                     count = 1
-            dc = request.device_class
+            dc = option.device_class
             template.claim_devices[dc] = template.claim_devices.get(dc, 0) + count
             template.claim_profiles[dc] = profile
             user, only_request = first_user

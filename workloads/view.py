@@ -68,6 +68,8 @@ class PodTemplate:
     claim_profiles: dict[str, Profile] = field(default_factory=dict)
     # claims gpuguard could not read: (path, message); reported as warnings, never counted as 0 silently
     unresolved_claims: list[tuple[Path, str]] = field(default_factory=list)
+    # the subset that leaves the pod's accelerators unknown: the engine refuses it (failureMode closed)
+    unjudged_claims: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
     def spec_path(self) -> Path:

@@ -152,7 +152,7 @@ def dra(cluster) -> tuple[ControlPlane, str]:
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(_claim_template(ns, "two-gpus", 2)))
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(_claim_template(ns, "nine-gpus", 9)))
 
-    # The watch sees new templates within moments; until then gpuguard warns instead of counting 0 silently.
+    # The watch sees new templates within moments; until then gpuguard refuses instead of counting 0 silently.
     def seen() -> bool:
         probe = _claim_pod(ns, "probe", "nine-gpus")
         result = cp.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(probe), check=False)
@@ -178,9 +178,12 @@ def test_a_dra_gpu_claim_is_counted_and_checked(dra):
     assert "a pod asks for 9 gpu.nvidia.com (counting sidecars and DRA claims) but a node has at most 8" \
         in denied.stderr
 
-    missing = cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(_claim_pod(ns, "unknown", "no-such-template")))
-    assert "Warning:" in missing.stderr and "ResourceClaimTemplate no-such-template could not be resolved" \
-        in missing.stderr
+    # A claim nobody can resolve leaves the pod's GPUs unknown: refused (failureMode closed), saying what to do.
+    missing = cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(_claim_pod(ns, "unknown", "no-such-template")),
+                         check=False)
+    assert missing.returncode != 0
+    assert "ResourceClaimTemplate no-such-template could not be resolved" in missing.stderr
+    assert "create the claim (template) first" in missing.stderr
 
 
 def test_a_pod_with_pod_level_resources_is_accepted_within_its_budget(dra):
@@ -222,11 +225,12 @@ def test_the_claim_watch_forgets_a_deleted_template(dra):
     cp, ns = dra
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(_claim_template(ns, "short-lived", 1)))
 
-    def warned(expect_warning: bool) -> bool:
+    def refused(expect_refusal: bool) -> bool:
         probe = _claim_pod(ns, "probe", "short-lived")
         result = cp.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(probe), check=False)
-        return result.returncode == 0 and ("could not be resolved" in result.stderr) == expect_warning
+        unresolved = result.returncode != 0 and "could not be resolved" in result.stderr
+        return unresolved if expect_refusal else result.returncode == 0
 
-    cp.wait_for(lambda: warned(False), timeout=30, interval=1, message="the watch has the new template")
+    cp.wait_for(lambda: refused(False), timeout=30, interval=1, message="the watch has the new template")
     cp.kubectl("delete", "resourceclaimtemplate", "short-lived", "-n", ns)
-    cp.wait_for(lambda: warned(True), timeout=30, interval=1, message="the watch forgot the deleted template")
+    cp.wait_for(lambda: refused(True), timeout=30, interval=1, message="the watch forgot the deleted template")

@@ -11,9 +11,14 @@ random places of the object, deep and wide objects, every operation, UPDATEs wit
 object, subresources, odd dryRun values and broken envelopes.
 
 Properties: never a 5xx and never a traceback (in the answer or the log); an answered review
-echoes the uid; the engine's error path is never taken (it is for bugs); every patch applies
-with ``jsonpatch`` and mutating the result again gives no patch; and every accelerator object
-the server admits satisfies the enforce-mode policies when the engine judges it directly.
+echoes the uid; what the engine could not judge is denied, never allowed (failureMode closed,
+the shipped default); every patch applies with ``jsonpatch`` and mutating the result again gives
+no patch; and every accelerator object the server admits satisfies the enforce-mode policies
+when the engine judges it directly.
+
+A second property runs UPDATE and ``scale`` reviews of workloads whose stored version the engine
+admits as a CREATE: the server never admits an update (or a scaling, answered with the stored
+workload through a stand-in reader) whose result the same engine denies as a CREATE.
 
 ``GPUGUARD_FUZZ_EXAMPLES`` sets the number of cases (default 10,000); the seed is fixed
 (``derandomize``) so CI runs are reproducible.
@@ -187,7 +192,7 @@ class _Tracebacks(logging.Handler):
 
 @pytest.fixture(scope="module")
 def harness():
-    client = AsgiClient(make_app())  # the shipped default config: failureMode open
+    client = AsgiClient(make_app())  # the shipped default config: failureMode closed
     engine = Engine(load_config(None))
     handler = _Tracebacks()
     logging.getLogger().addHandler(handler)
@@ -210,8 +215,10 @@ def _check_answer(status: int, answer: Any, review: dict) -> dict | None:
         return None
     response = answer["response"]
     assert response["uid"] == review["request"]["uid"]
+    # What could not be judged is refused: never an allow carrying the engine's error.
     assert "could not check" not in " ".join(response.get("warnings", [])), response["warnings"]
-    assert response.get("status", {}).get("code") != 500, response["status"]["message"]
+    if response.get("status", {}).get("code") == 500:
+        assert not response["allowed"] and "could not check" in response["status"]["message"]
     return response
 
 
@@ -256,3 +263,133 @@ def test_generated_reviews(harness, case):
     else:
         _post(client, "/validate", body)
     assert not tracebacks.seen, tracebacks.seen[:3]
+
+
+# ---------------------------------------------------------------- UPDATE and scale
+
+
+class _StoredWorkload:
+    """Stands in for the server's workload reader: ``kubectl scale`` reads this stored object."""
+
+    def __init__(self) -> None:
+        self.stored: dict = {}
+
+    def read(self, req: Any) -> dict:
+        return self.stored
+
+
+@pytest.fixture(scope="module")
+def update_harness():
+    app = make_app()
+    reader = _StoredWorkload()
+    app.state.server.workloads = reader
+    client = AsgiClient(app)
+    yield client, Engine(load_config(None)), reader
+    client.close()
+
+
+def _scalable() -> list[str]:
+    from gpuguard.workloads import kinds
+
+    out = []
+    for name in ALL_KINDS:
+        obj = make(name, {"containers": []})
+        spec = kinds.lookup(obj["apiVersion"], obj["kind"])
+        if spec is not None and spec.scale_replicas is not None:
+            out.append(name)
+    return out
+
+
+def _good_pod_spec(rng: random.Random) -> dict:
+    """A GPU pod most policies pass: whole GPUs (sometimes past a node), a persistent checkpoint volume."""
+    gpus = rng.choice([1, 2, 4, 8, 8, 16])
+    return {"containers": [{"name": "trainer", "image": "ghcr.io/example/x:1",
+                            "resources": {"limits": {"nvidia.com/gpu": gpus}},
+                            "volumeMounts": [{"name": "ckpt", "mountPath": "/checkpoints"}]}],
+            "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "c"}}]}
+
+
+def _workload(kind: str, rng: random.Random, good: bool, replicas: int) -> dict:
+    obj = make(kind, _good_pod_spec(rng) if good else _pod_spec(rng), replicas=replicas, namespace="ml")
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}  # a gang, where one is needed
+    return obj
+
+
+@st.composite
+def updates(draw) -> tuple[dict, dict, str | None]:
+    """(stored, updated, subresource): a GPU workload as stored (mutated) and an edit or a ``scale`` of it."""
+    scale = draw(st.integers(0, 2)) == 0
+    kind = draw(st.sampled_from(_scalable() if scale else [*ALL_KINDS, *ADAPTED_KINDS]))
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    stored = _workload(kind, rng, draw(st.integers(0, 4)) > 0, rng.randint(0, 6))
+    stored = _STORE_ENGINE.evaluate(stored, RequestContext(namespace="ml")).mutated  # as the apiserver stored it
+    updated = _workload(kind, rng, draw(st.booleans()), rng.randint(0, 12)) if draw(st.booleans()) \
+        else copy.deepcopy(stored)
+    if draw(st.integers(0, 3)) == 0:
+        paths = [p for p in _paths(updated) if p]
+        _set(updated, draw(st.sampled_from(paths)), draw(json_values))
+    if scale:
+        return stored, {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "w", "namespace": "ml"},
+                        "spec": {"replicas": draw(st.integers(0, 40))}}, "scale"
+    return stored, updated, None
+
+
+_STORE_ENGINE = Engine(load_config(None))
+
+
+def _review(obj: Any, old: dict, subresource: str | None) -> dict:
+    api_version = old["apiVersion"]
+    group, _, version = api_version.rpartition("/")
+    from gpuguard.workloads import kinds
+
+    spec = kinds.lookup(api_version, old["kind"])
+    plural = spec.plural if spec is not None else "x"
+    request: dict[str, Any] = {
+        "uid": "u-update", "kind": {"group": group, "version": version, "kind": old["kind"]},
+        "resource": {"group": group, "version": version, "resource": plural}, "namespace": "ml", "name": "w",
+        "operation": "UPDATE", "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": obj, "oldObject": old,
+    }
+    if subresource:
+        request["subResource"] = subresource
+        request["kind"] = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def _create_denied(engine: Engine, obj: Any) -> bool:
+    ctx = RequestContext(operation="CREATE", namespace="ml", username="alice", groups=("system:authenticated",))
+    decision = engine.evaluate(copy.deepcopy(obj), ctx)
+    return not decision.allowed
+
+
+@settings(max_examples=max(EXAMPLES // 4, 1), derandomize=True, deadline=None, database=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
+                                 HealthCheck.function_scoped_fixture])
+@given(case=updates())
+def test_updates_and_scales_never_admit_what_a_create_would_deny(update_harness, case):
+    client, engine, reader = update_harness
+    stored, obj, subresource = case
+    if _create_denied(engine, stored):
+        return  # a stored object with findings of its own: UPDATE rules judge only what changes
+    reader.stored = stored
+    review = _review(obj, stored, subresource)
+    if subresource is None:  # the mutating webhook runs first; /validate sees what it hands on
+        status, mutated = _post(client, "/mutate", orjson.dumps(review, option=orjson.OPT_NON_STR_KEYS))
+        response = _check_answer(status, mutated, review)
+        if response is None or not response["allowed"]:
+            return
+        obj = _patched(copy.deepcopy(obj), response)
+        review = _review(obj, stored, subresource)
+    status, answer = _post(client, "/validate", orjson.dumps(review, option=orjson.OPT_NON_STR_KEYS))
+    response = _check_answer(status, answer, review)
+    if response is None or not response["allowed"]:
+        return
+    result = obj
+    if subresource == "scale":
+        from gpuguard.webhook.server.scale import scaled
+        from gpuguard.workloads import kinds
+
+        spec = kinds.lookup(stored["apiVersion"], stored["kind"])
+        assert spec is not None
+        result = scaled(stored, spec, obj["spec"]["replicas"])
+    assert not _create_denied(engine, result), "an UPDATE admitted what a CREATE of the same object is denied"

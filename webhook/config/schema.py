@@ -115,8 +115,9 @@ class KServe(ConfigModel):
 class ConfigFile(ConfigModel):
     api_version: str = "gpuguard.io/v1alpha1"
     kind: Literal["GpuguardConfig"] = CONFIG_KIND
-    failure_mode: Literal["open", "closed"] = Field("open", description="Engine failure: allow with a "
-                                                    "warning (open) or deny (closed).")
+    failure_mode: Literal["open", "closed"] = Field(
+        "closed", description="What can't be judged (engine error, unreadable DRA claim, runtime or scaled "
+        "workload): deny saying why (closed) or allow with a warning (open).")
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     review_deadline_seconds: float = Field(
         DEFAULT_REVIEW_DEADLINE_SECONDS, gt=0, le=30, description="A review not answered within this many "

@@ -110,7 +110,20 @@ class Engine:
             mutated=obj,
         )
         if not isinstance(obj, dict):
-            return self._fail(decision, "the object is not a JSON/YAML mapping")
+            return self._fail(decision, "the object is not a JSON/YAML mapping", ctx)
+        try:
+            return self._decide(decision, obj, ctx, plain_json)
+        except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
+            return self._fail(decision, f"the object could not be read: {exc}", ctx)
+        except Exception as exc:  # a policy bug or a bound (RecursionError) must not take the webhook down
+            log.error("policy evaluation failed for %s %s/%s: %s", decision.kind, decision.namespace,
+                      decision.name, type(exc).__name__)
+            log.debug("policy evaluation traceback", exc_info=True)
+            return self._fail(decision, f"its policies could not be evaluated ({type(exc).__name__}); if it is "
+                              "unusually large or deeply nested, split or simplify it, else tell the cluster admin",
+                              ctx)
+
+    def _decide(self, decision: Decision, obj: dict, ctx: RequestContext, plain_json: bool) -> Decision:
         kind = kinds.lookup(obj.get("apiVersion"), obj.get("kind"))
         if kind is None:
             decision.skipped = f"kind {decision.kind or '<none>'} ({decision.api_version or '<none>'}) is not a " \
@@ -140,20 +153,12 @@ class Engine:
         mutating = ctx.mutate and ctx.operation in MUTATING_OPERATIONS and (
             origin.mutate if origin is not None else not (
                 ctx.operation == "UPDATE" and self.config.controllers.is_controller(ctx.username)))
-        try:
-            if plain_json and not mutating:
-                # Validation only reads: the caller's plain-JSON object is both sides, no copy at all.
-                return self._evaluate(decision, kind, None, ctx, obj, obj, mutating, origin)
-            raw = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
-            original = obj if plain_json else _copy(raw)
-            return self._evaluate(decision, kind, raw, ctx, original, _copy(raw), mutating, origin)
-        except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
-            return self._fail(decision, f"the object could not be read: {exc}")
-        except Exception as exc:  # a policy bug must not take the webhook down; failureMode decides
-            log.error("policy evaluation failed for %s %s/%s: %s: %s", decision.kind, decision.namespace,
-                      decision.name, type(exc).__name__, exc)
-            log.debug("policy evaluation traceback", exc_info=True)
-            return self._fail(decision, f"internal error while evaluating ({type(exc).__name__})")
+        if plain_json and not mutating:
+            # Validation only reads: the caller's plain-JSON object is both sides, no copy at all.
+            return self._evaluate(decision, kind, None, ctx, obj, obj, mutating, origin)
+        raw = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
+        original = obj if plain_json else _copy(raw)
+        return self._evaluate(decision, kind, raw, ctx, original, _copy(raw), mutating, origin)
 
     def _evaluate_through_runtime(self, decision: Decision, kind: kinds.KindSpec, obj: dict,
                                   ctx: RequestContext) -> Decision:
@@ -173,9 +178,9 @@ class Engine:
         runtime = ctx.read_object(*key) if ctx.read_object and key else None
         if runtime is None:
             where = "it names no runtime" if key is None else f"{key[1]} {key[3]!r} not found"
-            decision.error = f"its runtime could not be read ({where}), so its pods could not be checked"
-            decision.allowed = self.config.failure_mode == "open"
-            return decision
+            then = "name an existing runtime" if key is None else f"create the {key[1]} first, then the {kind.kind}"
+            return self._fail(decision, f"its runtime could not be read ({where}), so its pods could not be "
+                              f"checked; {then}", ctx)
         made = kind.runtime.expand(obj, runtime)
         inner = self.evaluate(made, replace(ctx, operation="CREATE", old_object=None, mutate=True, validate=True))
         if inner.error or inner.skipped:
@@ -201,9 +206,15 @@ class Engine:
         decision.invalid = True
         return decision
 
-    def _fail(self, decision: Decision, reason: str) -> Decision:
+    def _fail(self, decision: Decision, reason: str, ctx: RequestContext) -> Decision:
+        """What can't be judged: refused, unless the admin chose ``failureMode: open``.
+
+        A trusted controller's request is never refused for it: the controller only carries out
+        what gpuguard judged in the parent, and refusing it would stall the parent's rollout.
+        """
         decision.error = reason
-        decision.allowed = self.config.failure_mode == "open"
+        decision.allowed = self.config.failure_mode == "open" or (
+            bool(ctx.username) and self.config.controllers.is_controller(ctx.username))
         return decision
 
     def _evaluate(self, decision: Decision, kind: kinds.KindSpec, raw: bytes | None, ctx: RequestContext,
@@ -217,6 +228,12 @@ class Engine:
         decision.workload_class = workload_class
         decision.gpus = view.total_gpus
         decision.gpus_by_resource = view.gpus_by_resource()
+        unjudged = [(path, text) for t in view.templates for path, text in t.unjudged_claims]
+        if unjudged and origin is None and self.config.failure_mode == "closed" \
+                and not self.config.controllers.is_controller(ctx.username):
+            path, text = unjudged[0]
+            return self._fail(decision, f"{dotted(path)}: {text}; create the claim (template) first, or check "
+                              "its name and namespace", ctx)
 
         if mutating:
             assert raw is not None

@@ -97,13 +97,21 @@ def context(req: AdmissionRequest, endpoint: str, labels: dict[str, str],
     )
 
 
-def failure(server: ServerState, req: AdmissionRequest, reason: str) -> tuple[dict[str, Any], Outcome]:
-    """The engine could not decide: allow (failureMode open) or refuse (closed), saying why."""
+def failure(server: ServerState, req: AdmissionRequest, reason: str,
+            allowed: bool | None = None) -> tuple[dict[str, Any], Outcome]:
+    """What could not be judged: refused (failureMode closed) or allowed (open), saying why.
+
+    ``allowed`` is the engine's answer when it had one (it also lets trusted controllers'
+    requests through); otherwise the config's failureMode and the requester decide.
+    """
     what = req.kind.kind or "object"
-    if server.failure_open():
-        warning = f"gpuguard could not check this {what} ({reason}); allowed because failureMode is open"
+    if allowed is None:
+        allowed = server.failure_open() or server.active.config.controllers.is_controller(req.user_info.username)
+    if allowed:
+        why = "failureMode is open" if server.failure_open() else "it comes from a trusted controller"
+        warning = f"gpuguard could not check this {what} ({reason}); allowed because {why}"
         return envelope.allow(req.uid, [warning]), Outcome("error", error=reason)
-    message = f"gpuguard could not check this {what}: {reason} (failureMode is closed)"
+    message = f"gpuguard could not check this {what}: {reason} (denied: failureMode is closed)"
     return envelope.deny(req.uid, 500, "InternalError", message), Outcome("error", error=reason)
 
 
@@ -150,7 +158,7 @@ def answer(server: ServerState, endpoint: str, req: AdmissionRequest,
                                    extra={"uid": req.uid, **logs.exception_summary(exc)})
         return failure(server, req, f"internal error ({type(exc).__name__})")
     if decision.error:
-        return failure(server, req, decision.error)
+        return failure(server, req, decision.error, decision.allowed)
     review = envelope.from_decision(req.uid, req.kind.kind, decision, with_patch=endpoint == "mutate")
     response = review["response"]
     patched = "patch" in response
@@ -239,7 +247,13 @@ async def handle_review(request: Request, endpoint: str) -> Response:
     if skip is not None:
         review, outcome = envelope.allow(req.uid), Outcome("allowed", skipped=skip)
     else:
-        review, outcome = await _judge_in_time(server, endpoint, req, getattr(request.app.state, "engine_pool", None))
+        try:
+            review, outcome = await _judge_in_time(server, endpoint, req, getattr(request.app.state, "engine_pool",
+                                                                                 None))
+        except Exception as exc:  # nothing a review holds may turn into a 500: refuse what could not be judged
+            logs.server_logger().error("review failed; answering per failureMode",
+                                       extra={"uid": req.uid, **logs.exception_summary(exc)})
+            review, outcome = failure(server, req, f"internal error ({type(exc).__name__})")
     body = orjson.dumps(review)
     elapsed = time.perf_counter() - started
     metrics.DURATION.labels(endpoint=endpoint).observe(elapsed)

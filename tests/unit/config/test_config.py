@@ -12,7 +12,7 @@ def test_shipped_default_loads_and_enables_every_policy():
     config = load_config()
     enabled = [p.id for p, _ in config.policies.mutating + config.policies.validating]
     assert enabled == list(REGISTRY)
-    assert config.failure_mode == "open"
+    assert config.failure_mode == "closed"  # what can't be judged is refused unless the admin opens it
     assert config.accelerators.is_accelerator("nvidia.com/mig-1g.10gb")
     assert not config.accelerators.is_accelerator("cpu")
 

@@ -172,6 +172,6 @@ def test_scale_whose_workload_cannot_be_read_follows_failure_mode(server: Server
                    "spec": {"replicas": 40}}, "UPDATE", sub_resource="scale")
     body["request"]["resource"] = {"group": "apps", "version": "v1", "resource": "deployments"}
     response = _response(server, "/validate", body)
-    # The test server has no Kubernetes credentials: the default failureMode (open) allows and says why.
-    assert response["allowed"] is True
-    assert any("cannot read the scaled deployments" in w for w in response["warnings"]), response
+    # The test server has no Kubernetes credentials: the default failureMode (closed) refuses and says why.
+    assert response["allowed"] is False
+    assert "cannot read the scaled deployments" in response["status"]["message"], response

@@ -201,7 +201,9 @@ def test_device_requests_in_every_served_shape():
         {"name": "small", "deviceClassName": "mig.nvidia.com", "count": 1}]}]}}
     admin = {"devices": {"requests": [{"name": "a", "deviceClassName": "gpu.nvidia.com", "adminAccess": True}]}}
     assert [r.count for r in device_requests(v1beta1)] == [3] == [r.count for r in device_requests(v1)]
-    assert [(r.device_class, r.count) for r in device_requests(first)] == [("gpu.nvidia.com", 4)]
+    (alternatives,) = device_requests(first)
+    assert [(r.device_class, r.count) for r in alternatives.alternatives] == [("gpu.nvidia.com", 4),
+                                                                               ("mig.nvidia.com", 1)]
     assert device_requests(admin) == [] and device_requests(None) == []
 
 
@@ -211,12 +213,49 @@ def test_a_class_no_profile_names_counts_nothing():
     assert view.total_gpus == 0 and view.templates[0].unresolved_claims == []
 
 
-def test_an_unresolvable_claim_is_a_warning_never_a_silent_zero():
-    engine = Engine(CONFIG, claims=StaticClaims([], origin="the test input"))
+def test_an_unresolvable_claim_is_refused_saying_what_to_do():
+    engine = Engine(CONFIG, claims=StaticClaims([], origin="the test input"))  # shipped default: closed
     decision = engine.evaluate(claim_pod({"resourceClaimTemplateName": "missing"}))
+    assert not decision.allowed and decision.error is not None
+    assert decision.error.startswith("spec.resourceClaims[0]: ResourceClaimTemplate missing could not be resolved "
+                                     "(it is not in the test input)")
+    assert "create the claim (template) first" in decision.error
+
+
+def test_an_unresolvable_claim_is_a_warning_never_a_silent_zero_under_failure_mode_open():
+    opened = parse_config_text("kind: GpuguardConfig\nfailureMode: open\n")
+    decision = Engine(opened, claims=StaticClaims([], origin="the test input")).evaluate(
+        claim_pod({"resourceClaimTemplateName": "missing"}))
+    assert decision.allowed and decision.error is None
     (warning,) = [v for v in decision.violations if v.policy == "gpu-request-shape"]
     assert warning.verdict == "warn" and warning.path == "spec.resourceClaims[0]"
     assert "ResourceClaimTemplate missing could not be resolved (it is not in the test input)" in warning.message
+
+
+def test_a_trusted_controllers_pod_is_not_refused_for_an_unresolvable_claim():
+    from gpuguard.webhook.decision import RequestContext
+
+    obj = claim_pod({"resourceClaimTemplateName": "missing"})
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "u",
+                                           "controller": True}]
+    ctx = RequestContext(namespace="ml", username="system:serviceaccount:kube-system:replicaset-controller")
+    decision = Engine(CONFIG, claims=StaticClaims([])).evaluate(obj, ctx)
+    assert decision.allowed and decision.error is None
+
+
+def test_first_available_counts_its_largest_alternative():
+    small_first = {**RCT, "spec": {"spec": {"devices": {"requests": [{"name": "g", "firstAvailable": [
+        {"name": "one", "deviceClassName": "gpu.nvidia.com", "count": 1},
+        {"name": "nic", "deviceClassName": "nic.example.com", "count": 16},
+        {"name": "eight", "deviceClassName": "gpu.nvidia.com", "count": 8}]}]}}}}
+    view = view_of(claim_pod({"resourceClaimTemplateName": "two-gpus"}), StaticClaims([small_first]))
+    assert view.total_gpus == 8 and view.gpus_by_resource() == {"gpu.nvidia.com": 8}
+    over = {**RCT, "spec": {"spec": {"devices": {"requests": [{"name": "g", "firstAvailable": [
+        {"name": "one", "deviceClassName": "gpu.nvidia.com", "count": 1},
+        {"name": "nine", "deviceClassName": "gpu.nvidia.com", "count": 9}]}]}}}}
+    engine = Engine(CONFIG, claims=StaticClaims([over]))
+    decision = engine.evaluate(claim_pod({"resourceClaimTemplateName": "two-gpus"}))
+    assert any("a pod asks for 9 gpu.nvidia.com" in v.message for v in decision.denials)
 
 
 def test_a_dra_pod_over_the_node_cap_is_denied_and_gets_tolerations():
@@ -270,15 +309,13 @@ def test_evaluate_and_audit_resolve_claims_from_the_same_file(tmp_path):
                            capture_output=True, text=True, cwd=root, timeout=60)
     results = {r["kind"]: r for r in json.loads(audit.stdout)["results"]}
     assert results["Pod"]["gpus"] == 2
-    # alone, the pod's claim can't be resolved: a warning, not a silent zero
+    # alone, the pod's claim can't be resolved: it can't be judged, never a silent zero
     only_pod = tmp_path / "pod.yaml"
     only_pod.write_text(example.read_text().split("---\n", 1)[1])
     audit = subprocess.run([sys.executable, "-m", "gpuguard.webhook", "audit", str(only_pod), "--format", "json"],
                            capture_output=True, text=True, cwd=root, timeout=60)
     (result,) = json.loads(audit.stdout)["results"]
-    assert result["gpus"] == 0
-    assert any(v["policy"] == "gpu-request-shape" and v["action"] == "warn" and
-               "it is not in the audited files" in v["message"] for v in result["violations"])
+    assert result["allowed"] is False and "it is not in the audited files" in result["error"]
 
 
 @pytest.mark.parametrize("device_class,profile,cpu_per_device", [

@@ -51,9 +51,12 @@ def test_runtime_kinds_are_judged_with_their_runtime_and_never_mutated(name):
     assert decision.gpus == 72 and decision.patch == []
     assert "gpu-request-shape" in {v.policy for v in decision.denials}
     assert all(v.path.startswith("runtime ClusterTrainingRuntime torch: ") for v in decision.violations)
-    # Without its runtime it can't be judged: the failure mode decides, and the reason says what is missing.
+    # Without its runtime it can't be judged: refused (failureMode closed), saying what is missing and what to do.
     missing = engine.evaluate(obj, RequestContext(namespace="ml"))
-    assert missing.error and "not found" in missing.error and missing.allowed
+    assert missing.error and "not found" in missing.error and not missing.allowed
+    assert "create the ClusterTrainingRuntime first, then the TrainJob" in missing.error
+    opened = Engine(parse_config_text("kind: GpuguardConfig\nfailureMode: open\n"))
+    assert opened.evaluate(obj, RequestContext(namespace="ml")).allowed
     # The mutating webhook leaves it alone: its JobSet is mutated when the Trainer creates it.
     assert engine.evaluate(obj, RequestContext(namespace="ml", validate=False)).patch == []
 
