@@ -1,13 +1,22 @@
-"""gpu-node-affinity: accelerator pods require nodes that have their accelerator; optionally, CPU pods keep off.
+"""gpu-node-affinity: accelerator pods go to nodes that have their accelerator, by labels those nodes really have.
 
-Which nodes have an accelerator is its profile's ``nodeSelection`` (``workloads/accelerators.py``):
-a TPU pod requires the TPU label, a MIG pod the mixed-strategy label, and a profile with no
-selection (the scheduler already places a pod only where its resource is allocatable, or
-DRA ResourceSlices do) adds nothing.  ``nodeSelectorTerms`` are ORed, so an expression goes
-into *every* term: appending it to one term only lets the other terms schedule the pod
-anywhere (a trap seen in peers' code).  A term that already constrains the label is the
-user's and is left alone, and so is an empty term: it matches no node, and adding an
-expression would widen it to every accelerator node.
+Which labels mark accelerator nodes depends on the cluster: NVIDIA's feature discovery sets
+``nvidia.com/gpu.present``, GKE's own driver install does not (its nodes carry
+``cloud.google.com/gke-accelerator``), Karpenter nodes carry ``karpenter.k8s.aws/instance-gpu-name``.
+A *required* term on a label no node carries makes the pod pend forever, so:
+
+- with a node inventory (``workloads/inventory.py``), the expression is learned from the nodes and
+  pools offering the pod's accelerator resources: a label all of them carry and no other node may
+  match; none is added when the pod's own selection already keeps it on such nodes, or when no
+  label tells them apart (the resource request alone places the pod);
+- without one, the profile's ``nodeSelection`` goes in as a *preferred* term, unless the admin
+  marked it ``required`` in the profile, and nothing is added when the pod already selects by an
+  accelerator label of some profile or product.
+
+``nodeSelectorTerms`` are ORed, so a required expression goes into *every* term: appending it to
+one term only lets the other terms schedule the pod anywhere (a trap seen in peers' code).  A
+term that already constrains the label is the user's and is left alone, and so is an empty term:
+it matches no node, and adding an expression would widen it to every accelerator node.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
+from gpuguard.workloads.inventory import PRODUCT_LABELS, Inventory
 from gpuguard.workloads.paths import child_dict, child_list, dicts
 from gpuguard.workloads.view import PodTemplate, WorkloadView
 
@@ -74,13 +84,88 @@ def _negations(view: WorkloadView) -> list[dict]:
     return list(out.values())
 
 
+def _required_terms(template: PodTemplate) -> list | None:
+    affinity = template.spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") \
+        if isinstance(node_affinity, dict) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    return terms if isinstance(terms, list) and terms else None
+
+
+def _selected_keys(template: PodTemplate) -> set[str]:
+    """Label keys the pod's nodeSelector and required node affinity already constrain."""
+    keys: set[str] = set()
+    node_selector = template.spec.get("nodeSelector")
+    if isinstance(node_selector, dict):
+        keys.update(str(k) for k in node_selector)
+    for _, term in dicts(_required_terms(template)):
+        keys.update(str(e.get("key")) for _, e in dicts(term.get("matchExpressions")))
+    return keys
+
+
+def _hints(view: WorkloadView) -> list[str]:
+    """Accelerator label keys: every profile's own, then the product labels (a ranking, never a rule)."""
+    keys = [p.node_selection.key for p in (view.accelerators.profiles if view.accelerators else ())
+            if p.node_selection is not None]
+    return list(dict.fromkeys([*keys, *PRODUCT_LABELS]))
+
+
+def _from_inventory(template: PodTemplate, inventory: Inventory, hints: list[str]) -> bool:
+    resources = sorted(r for r in template.effective_gpus if "/" in r)
+    if not resources:
+        return False
+    node_selector = template.spec.get("nodeSelector")
+    terms = _required_terms(template)
+    eligible = {id(g) for g in inventory.eligible(resources)}
+    matched = [g for g in inventory.groups if g.matches(node_selector if isinstance(node_selector, dict) else None,
+                                                         terms)]
+    if all(id(g) in eligible for g in matched):
+        return False  # the pod's own selection already keeps it on nodes with its accelerator (or on none)
+    expression = inventory.selection_for(resources, hints)
+    return expression is not None and _add_to_every_term(template, expression)
+
+
+def _from_profiles(template: PodTemplate, hints: list[str]) -> bool:
+    """No inventory: the profiles' picture, as a preference unless the admin made it required."""
+    changed = False
+    selected = _selected_keys(template) & set(hints)
+    for profile in template.profiles:
+        selection = profile.node_selection
+        if selection is None:
+            continue
+        if selection.required:
+            changed |= _add_to_every_term(template, selection.expression())
+        elif not selected:
+            changed |= _prefer_expression(template, selection.expression(), 100)
+    return changed
+
+
+def _prefer_expression(template: PodTemplate, expression: dict, weight: int) -> bool:
+    affinity = child_dict(template.spec, "affinity")
+    node_affinity = child_dict(affinity, "nodeAffinity")
+    preferred = child_list(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution")
+    if preferred is None:
+        return False
+    for _, entry in dicts(preferred):
+        pref = entry.get("preference")
+        exprs = pref.get("matchExpressions") if isinstance(pref, dict) else None
+        if any(e.get("key") == expression["key"] for _, e in dicts(exprs)):
+            return False
+    preferred.append({"weight": weight, "preference": {"matchExpressions": [dict(expression)]}})
+    return True
+
+
 def mutate(view: WorkloadView, settings: Settings) -> bool:
     changed = False
+    hints = _hints(view)
     for template in view.templates:
         if template.gpus_per_pod:
+            if view.inventory.known:
+                changed |= _from_inventory(template, view.inventory, hints)
+            else:
+                changed |= _from_profiles(template, hints)
             for profile in template.profiles:
-                if profile.node_selection is not None:
-                    changed |= _add_to_every_term(template, profile.node_selection.expression())
                 for pref in profile.spec.preferred:
                     changed |= _prefer(template, pref.key, pref.values, pref.weight)
         elif settings.keep_non_gpu_pods_off:
@@ -99,9 +184,11 @@ POLICY = MutatingPolicy(
     title="Require accelerator nodes for accelerator pods",
     settings_model=Settings,
     run=mutate,
-    description="Adds each accelerator profile's node selection (TPU pods: `cloud.google.com/gke-tpu-accelerator`; "
-    "whole NVIDIA GPUs: `nvidia.com/gpu.present=true`; MIG: `nvidia.com/mig.strategy=mixed`; none for Neuron, Gaudi, "
-    "DRA) to every non-empty nodeSelectorTerm of pods that use it, and its preferred nodes as soft affinity; "
+    description="Keeps accelerator pods on nodes that have their accelerator, by labels those nodes really carry: "
+    "with a node inventory (docs/inventory.md) a label learned from the nodes and pools offering "
+    "the resource (e.g. `cloud.google.com/gke-accelerator` on GKE, `nvidia.com/gpu.present` under the GPU Operator), "
+    "added to every non-empty nodeSelectorTerm unless the pod's own selection already keeps it there; without one, "
+    "the profile's node selection as a preferred term (required only where the admin's profile says so); "
     "optionally keeps pods without accelerators off accelerator nodes.",
     rationale="Without it a GPU pod can wait on CPU-only nodes the autoscaler keeps adding, and CPU pods "
     "can fill the GPU nodes' CPU and memory so GPUs sit idle.",

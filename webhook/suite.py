@@ -37,12 +37,15 @@ from gpuguard.webhook.engine.core import Engine
 from gpuguard.webhook.engine.patch import make_patch
 from gpuguard.webhook.manifests import UNREADABLE, ManifestError, load, parse_values, read_text
 from gpuguard.webhook.objects import StaticLookup
+from gpuguard.workloads import inventory
+from gpuguard.workloads.inventory import Inventory
 
 INPUT = "input.yaml"
 EXPECT = "expect.yaml"
 MUTATED = "mutated.yaml"
 OLD = "old.yaml"
 OBJECTS = "objects.yaml"  # other objects the input names (a TrainJob's runtime), several documents
+NODES = "nodes.yaml"  # the cluster's Node (and Karpenter NodePool) objects the case is decided with
 CONFIG = "config.yaml"
 SUITE = "suite.yaml"
 
@@ -279,6 +282,33 @@ def _objects(case: Case) -> StaticLookup | None:
     return StaticLookup(d.obj for d in docs)
 
 
+def read_nodes(path: str) -> Inventory:
+    """The node inventory of a file of Node and Karpenter NodePool objects (``kubectl get nodes -o yaml``).
+
+    Raises ``ManifestError`` for a file that cannot be read or parsed.
+    """
+    docs = list(load([path]))
+    broken = next((d for d in docs if d.error), None)
+    if broken is not None and broken.error is not None:
+        raise ManifestError(broken.source, broken.error, broken.line, broken.column)
+    return inventory.from_objects(d.obj for d in docs)
+
+
+def _nodes(case: Case, engine: Engine, default: Inventory | None) -> Engine:
+    """The case's engine with its ``nodes.yaml`` inventory, else ``default`` (``gpuguard test --nodes``).
+
+    A new engine: the cached one stays without nodes.
+    """
+    path = case.path / NODES
+    if not path.is_file():
+        return engine if default is None else Engine(engine.config, engine.claims, default)
+    try:
+        nodes = read_nodes(str(path))
+    except ManifestError as exc:
+        raise _CaseFileError(f"{NODES}: {exc}") from None
+    return Engine(engine.config, engine.claims, nodes)
+
+
 def _context(request: Request, old: Any, objects: StaticLookup | None = None) -> RequestContext:
     return RequestContext(operation=request.operation or "CREATE", read_object=objects,
                           namespace=request.namespace if request.namespace is not None else "default",
@@ -312,7 +342,7 @@ def _differences(expected: Any, actual: Any, limit: int = 8) -> str:
     return "; ".join(shown) + more
 
 
-def _check(case: Case, result: CaseResult) -> None:
+def _check(case: Case, result: CaseResult, nodes: Inventory | None = None) -> None:
     expect = _model(Expectation, _read_yaml(case.path / EXPECT), case.path / EXPECT)
     result.description = expect.description
     suite_file = _nearest(case, SUITE)
@@ -331,6 +361,7 @@ def _check(case: Case, result: CaseResult) -> None:
     if isinstance(engine, str):
         raise _CaseFileError(engine)
 
+    engine = _nodes(case, engine, nodes)
     ctx = _context(request, old, _objects(case))
     decision = engine.evaluate(obj, ctx)
     result.decision = decision
@@ -362,11 +393,11 @@ def _check(case: Case, result: CaseResult) -> None:
                               f"{_differences(decision.mutated, again.mutated)}")
 
 
-def run_case(case: Case) -> CaseResult:
-    """Run one case; never raises for a broken case (that is ``CaseResult.error``)."""
+def run_case(case: Case, nodes: Inventory | None = None) -> CaseResult:
+    """Run one case (with ``nodes`` unless it has its own ``nodes.yaml``); never raises for a broken case."""
     result = CaseResult(case)
     try:
-        _check(case, result)
+        _check(case, result, nodes)
     except _CaseFileError as exc:
         result.error = str(exc)
         result.mismatches.clear()

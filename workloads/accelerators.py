@@ -44,11 +44,13 @@ class _Model(BaseModel):
 
 
 class NodeSelection(_Model):
-    """One required node-affinity expression: nodes that have this accelerator."""
+    """One node-affinity expression for nodes that have this accelerator (the fallback without an inventory)."""
 
     key: str = Field(min_length=1)
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = "In"
     values: list[str] = Field(default_factory=list)
+    required: bool = Field(False, description="Without a node inventory, add it as a required term (else "
+                           "preferred): only where every node with this accelerator is known to carry the label.")
 
     @model_validator(mode="after")
     def _values_match_operator(self) -> NodeSelection:

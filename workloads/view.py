@@ -21,6 +21,7 @@ from gpuguard.workloads import quantity
 from gpuguard.workloads.accelerators import Accelerators, Profile
 from gpuguard.workloads.claims import ClaimSource, attach_claims
 from gpuguard.workloads.containers import Container, SparkContainer, container_gpus
+from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
 from gpuguard.workloads.paths import Path, child_dict, child_list, dicts, dotted, get_path
 
@@ -238,6 +239,7 @@ class WorkloadView:
     # Inherited pod fields the view copied into templates: (template, field, the inherited value, the
     # template's own value before, or _ABSENT).
     inherited: list[tuple[PodTemplate, str, Any, Any]] = field(default_factory=list)
+    inventory: Inventory = EMPTY_INVENTORY  # the cluster's node groups and pools (empty: profiles only)
 
     @property
     def name(self) -> str:

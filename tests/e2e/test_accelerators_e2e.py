@@ -78,6 +78,11 @@ def required_terms(spec: dict) -> list | None:
         "requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms")
 
 
+def preferred_terms(spec: dict) -> list | None:
+    """The soft node affinity: without a node inventory, profiles' node selections are preferred, never required."""
+    return (spec.get("affinity") or {}).get("nodeAffinity", {}).get("preferredDuringSchedulingIgnoredDuringExecution")
+
+
 PROFILES = [
     # (name, limits, toleration key, node selection expression, requests and limits the profile adds)
     ("tpu", {"google.com/tpu": 4}, "google.com/tpu",
@@ -107,7 +112,8 @@ def test_accelerator_pod_gets_exactly_its_profiles_mutations(cluster, name, limi
     spec = stored["spec"]
     assert [t for t in spec["tolerations"] if t.get("effect") == "NoSchedule"] == [
         {"key": toleration, "operator": "Exists", "effect": "NoSchedule"}]
-    assert required_terms(spec) == [{"matchExpressions": [expression]}]
+    assert required_terms(spec) is None
+    assert preferred_terms(spec) == [{"weight": 100, "preference": {"matchExpressions": [expression]}}]
     resources = spec["containers"][0]["resources"]
     extended = {k: str(v) for k, v in limits.items()}  # the apiserver copies a Pod's limits into requests
     assert resources["requests"] == {**requests, **extended}

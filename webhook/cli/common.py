@@ -13,7 +13,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuguard.webhook.exitcodes import ExitCode
 
@@ -38,6 +38,25 @@ def load_config_or_exit(path: str | None) -> Config:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"{path}: {exc.strerror or exc}") from None
+
+
+def add_nodes_flag(parser: argparse.ArgumentParser) -> None:
+    """``--nodes FILE``: decide with the cluster's nodes (docs/inventory.md), as the webhook does."""
+    parser.add_argument("--nodes", metavar="FILE", help="Node and Karpenter NodePool objects (e.g. `kubectl get "
+                        "nodes -o yaml`): affinity, sizing and schedulability follow them")
+
+
+def with_nodes_or_exit(engine: Any, path: str | None) -> None:
+    """Give ``engine`` the inventory of ``--nodes FILE``; an unreadable file is a ``UsageError``."""
+    if not path:
+        return
+    from gpuguard.webhook.manifests import ManifestError
+    from gpuguard.webhook.suite import read_nodes
+
+    try:
+        engine.set_nodes(read_nodes(path))
+    except ManifestError as exc:
+        raise UsageError(f"--nodes: {exc}") from None
 
 
 def error(message: str) -> None:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gpuguard.webhook.cli.common import error, guard, load_config_or_exit
+from gpuguard.webhook.cli.common import add_nodes_flag, error, guard, load_config_or_exit, with_nodes_or_exit
 from gpuguard.webhook.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--config", help="GpuguardConfig file (default: the shipped default)")
     parser.add_argument("--namespace", default="default", help="namespace for objects without one")
+    add_nodes_flag(parser)
     parser.add_argument("--fail-on-deny", action="store_true",
                         help="exit 1 when any object would be denied (default: exit 0 once all were evaluated)")
     parser.set_defaults(func=guard(run))  # one error line, never a traceback (`evaluate ... | head` too)
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuguard.workloads.claims import StaticClaims
 
     engine = Engine(load_config_or_exit(args.config))
+    with_nodes_or_exit(engine, args.nodes)
     results: list[dict[str, Any]] = []
     denied = bad_input = False
     docs = list(load_documents([args.file]))

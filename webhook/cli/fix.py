@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuguard.webhook.cli.common import error, guard, load_config_or_exit
+from gpuguard.webhook.cli.common import add_nodes_flag, error, guard, load_config_or_exit, with_nodes_or_exit
 from gpuguard.webhook.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--stdout", action="store_true", help="print the fixed files instead of writing them")
     parser.add_argument("--config", help="GpuguardConfig file (default: the shipped default)")
     parser.add_argument("--namespace", default="default", help="namespace for objects without one")
+    add_nodes_flag(parser)
     parser.set_defaults(func=guard(run))
 
 
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuguard.webhook.manifests import ManifestError, read_text
 
     engine = Engine(load_config_or_exit(args.config))
+    with_nodes_or_exit(engine, args.nodes)
     fixer = Fixer(engine, args.namespace)
     denied = failed = False
     for name in args.files:

@@ -37,6 +37,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="suite folder, case folder or a case's input.yaml")
     parser.add_argument("--junit", metavar="FILE", help="also write JUnit XML to FILE (- for stdout)")
     parser.add_argument("-q", "--quiet", action="store_true", help="list failing cases only")
+    parser.add_argument("--nodes", metavar="FILE", help="Node and Karpenter NodePool objects for cases without "
+                        "their own nodes.yaml")
     parser.set_defaults(func=guard(run))
 
 
@@ -96,11 +98,20 @@ def run(args: argparse.Namespace) -> int:
     except suite.SuiteError as exc:
         error(str(exc))
         return ExitCode.USAGE
+    nodes = None
+    if args.nodes:
+        from gpuguard.webhook.manifests import ManifestError
+
+        try:
+            nodes = suite.read_nodes(args.nodes)
+        except ManifestError as exc:
+            error(f"--nodes: {exc}")
+            return ExitCode.USAGE
     results: list[suite.CaseResult] = []
     seconds: dict[Path, float] = {}
     for case in cases:
         start = time.perf_counter()
-        results.append(suite.run_case(case))
+        results.append(suite.run_case(case, nodes))
         seconds[case.path] = time.perf_counter() - start
     stream = sys.stdout if args.junit != "-" else sys.stderr
     probe = Console(file=stream)

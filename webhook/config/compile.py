@@ -32,6 +32,7 @@ from gpuguard.webhook.custom.compile import CompiledRule, CustomPolicyError, Cus
 from gpuguard.workloads import knative
 from gpuguard.workloads.accelerators import AcceleratorError, Accelerators, ProfileSpec, merge_specs
 from gpuguard.workloads.controllers import DEFAULT_TRUSTED_CONTROLLERS, TrustedControllers, parse_group_kind
+from gpuguard.workloads.inventory import declared_pool
 from gpuguard.workloads.view import WORKLOAD_CLASSES
 
 log = logging.getLogger("gpuguard.config")
@@ -92,6 +93,10 @@ class Config:
         self.workload_classes = raw.workload_classes
         self.trust_controller_pods = raw.trust_controller_pods
         self.accelerators = accelerators
+        # Declared node pools (``inventory.nodePools``): shapes an autoscaler adds, part of every inventory.
+        self.node_pools = tuple(declared_pool(p.name, p.labels, p.taints, p.allocatable, p.max_count)
+                                for p in raw.inventory.node_pools)
+        self.inventory = raw.inventory
         self._exempt_users = frozenset(raw.exemptions.users) | frozenset(
             "system:serviceaccount:" + sa.replace("/", ":", 1) for sa in raw.exemptions.service_accounts)
         self._exempt_groups = frozenset(raw.exemptions.groups)

@@ -112,6 +112,25 @@ class KServe(ConfigModel):
         "kubernetes.podspec-tolerations): gpuguard sets those pod fields on Knative-served templates.")
 
 
+class NodePool(ConfigModel):
+    """A pool of nodes an autoscaler adds when needed: its shape, so pods are judged before its first node exists."""
+
+    name: str = Field(min_length=1, description="The pool's name (shown in messages and mutation records).")
+    labels: dict[str, str] = Field(default_factory=dict, description="Labels its nodes carry.")
+    taints: list[dict[str, str]] = Field(default_factory=list, description="Taints its nodes carry "
+                                         "(key, value, effect).")
+    allocatable: dict[str, str] = Field(default_factory=dict, description="One node's allocatable: cpu, memory, "
+                                        "ephemeral-storage and each accelerator resource.")
+    max_count: int | None = Field(None, ge=0, description="The most nodes the pool grows to (none: unbounded).")
+
+
+class Inventory(ConfigModel):
+    """What gpuguard knows of the cluster's nodes beyond the Nodes it sees (docs/inventory.md)."""
+
+    node_pools: list[NodePool] = Field(default_factory=list, description="Autoscaled pools, with or without "
+                                       "nodes now.")
+
+
 class ConfigFile(ConfigModel):
     api_version: str = "gpuguard.io/v1alpha1"
     kind: Literal["GpuguardConfig"] = CONFIG_KIND
@@ -136,5 +155,6 @@ class ConfigFile(ConfigModel):
     profiles: list[Profile] = Field(default_factory=list)
     cost: Cost = Field(default_factory=Cost)
     kserve: KServe = Field(default_factory=KServe)
+    inventory: Inventory = Field(default_factory=Inventory)
     # Admins' own CEL rules (webhook/custom/, docs/custom-policies.md).
     custom_policies: list[CustomPolicy] = Field(default_factory=list)

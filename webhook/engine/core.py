@@ -38,6 +38,7 @@ from gpuguard.webhook.engine.update import keep_immutable, subject
 from gpuguard.workloads import kinds, knative
 from gpuguard.workloads.claims import ClaimSource
 from gpuguard.workloads.controllers import ControllerOrigin
+from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.paths import dotted
 from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view
 
@@ -59,10 +60,19 @@ def _meta(obj: dict) -> dict:
 class Engine:
     """Evaluates objects against one compiled config.  Stateless per request; safe to share."""
 
-    def __init__(self, config: Config, claims: ClaimSource | None = None):
+    def __init__(self, config: Config, claims: ClaimSource | None = None, nodes: Inventory | None = None):
         self.config = config
         # DRA claims: the audit's own source, else the server's shared watch (``gpuguard.workloads.claims``)
         self.claims = claims
+        self.inventory = EMPTY_INVENTORY
+        self.set_nodes(nodes if nodes is not None else EMPTY_INVENTORY)
+
+    def set_nodes(self, nodes: Inventory) -> None:
+        """The cluster's node groups (the server's watch, ``--nodes``), joined once with the config's pools.
+
+        Called when nodes change, never per review: a review reads the summarised groups only.
+        """
+        self.inventory = nodes.with_groups(self.config.node_pools)
 
     # ------------------------------------------------------------------ classification
     def classify(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None = None) -> str:
@@ -225,6 +235,7 @@ class Engine:
         workload_class = self.classify(work, kind, origin)
         view = build_view(work, kind, self.config.accelerators, workload_class, self.kind_class(kind),
                           decision.namespace, self.claims)
+        view.inventory = self.inventory
         decision.workload_class = workload_class
         decision.gpus = view.total_gpus
         decision.gpus_by_resource = view.gpus_by_resource()
@@ -296,6 +307,7 @@ class Engine:
         scratch = _copy(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
         view = build_view(scratch, kind, self.config.accelerators, self.classify(scratch, kind),
                           namespace=ctx.namespace, claims=self.claims)
+        view.inventory = self.inventory
         for policy, settings in policy_set.mutating:
             if settings.action == "enforce":
                 policy.run(view, settings)
@@ -308,6 +320,7 @@ class Engine:
         scratch, before = _copy(raw), _copy(raw)
         view = build_view(scratch, kind, self.config.accelerators, workload_class, namespace=ctx.namespace,
                           claims=self.claims)
+        view.inventory = self.inventory
         policy.run(view, settings)
         view.settle()
         ops = make_patch(before, scratch)

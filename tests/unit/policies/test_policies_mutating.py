@@ -8,6 +8,7 @@ import pytest
 
 from gpuguard.webhook.config import parse_config_text
 from gpuguard.webhook.engine.core import Engine
+from gpuguard.workloads.inventory import from_objects
 from tests.support.builders import (
     ALL_KINDS,
     INFERENCE_KINDS,
@@ -72,13 +73,44 @@ def _ids() -> list[str]:
 
 
 # ---------------------------------------------------------------- gpu-node-affinity
+REQUIRED_GPU_LABEL = ("accelerators:\n- name: nvidia-gpu\n  nodeSelection: {key: nvidia.com/gpu.present, operator: In, "
+                      "values: ['true'], required: true}\n")
+GKE_NODES = [
+    {"apiVersion": "v1", "kind": "Node",
+     "metadata": {"name": "cpu", "labels": {"cloud.google.com/gke-nodepool": "default"}},
+     "status": {"allocatable": {"cpu": "8", "memory": "30Gi"}}},
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "l4", "labels": {
+        "cloud.google.com/gke-nodepool": "l4", "cloud.google.com/gke-accelerator": "nvidia-l4"}},
+     "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+     "status": {"allocatable": {"cpu": "23", "memory": "87Gi", "nvidia.com/gpu": "2"}}},
+]
+
+
+def _only_with(policy: str, extra: str) -> Engine:
+    return Engine(parse_config_text(BASE + extra + "policies:\n" + "\n".join(
+        f"  {p}: {{action: off}}" for p in _ids() if p != policy) + "\n"))
+
+
 @pytest.mark.parametrize("kind", ALL_KINDS)
-def test_node_affinity_on_every_kind(kind):
+def test_node_affinity_on_every_kind_without_inventory_is_preferred(kind):
     out = evaluate_twice(only("gpu-node-affinity"), make(kind, pvc_pod_spec())).mutated
     for spec in template_specs(out):
+        node_affinity = spec["affinity"]["nodeAffinity"]
+        assert "requiredDuringSchedulingIgnoredDuringExecution" not in node_affinity
+        assert node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [{"weight": 100, "preference": {
+            "matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}}]
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_node_affinity_on_every_kind_from_the_gke_inventory(kind):
+    engine = only("gpu-node-affinity")
+    engine.set_nodes(from_objects(copy.deepcopy(GKE_NODES)))
+    out = evaluate_twice(engine, make(kind, pvc_pod_spec())).mutated
+    for spec in template_specs(out):
         terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In",
-                                                "values": ["true"]}]}]
+        assert terms == [{"matchExpressions": [{"key": "cloud.google.com/gke-accelerator", "operator": "In",
+                                                "values": ["nvidia-l4"]}]}]
+        assert "nvidia.com/gpu.present" not in str(spec)
 
 
 def test_node_affinity_added_to_every_ored_term_and_user_terms_kept():
@@ -88,7 +120,7 @@ def test_node_affinity_added_to_every_ored_term_and_user_terms_kept():
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
         {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "Exists"}]},
     ]}}}
-    out = evaluate_twice(only("gpu-node-affinity"), make("Job", spec)).mutated
+    out = evaluate_twice(_only_with("gpu-node-affinity", REQUIRED_GPU_LABEL), make("Job", spec)).mutated
     terms = template_specs(out)[0]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"]
     gpu = {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
@@ -111,7 +143,7 @@ def test_preferred_product_and_keep_cpu_pods_off():
         + "\n  gpu-node-affinity: {keepNonGpuPodsOff: true}\n"))
     out = evaluate_twice(engine, make("Job", pvc_pod_spec())).mutated
     pref = template_specs(out)[0]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
-    assert pref[0]["preference"]["matchExpressions"][0]["values"] == ["NVIDIA-H100-80GB-HBM3"]
+    assert [p["preference"]["matchExpressions"][0]["values"] for p in pref] == [["true"], ["NVIDIA-H100-80GB-HBM3"]]
     cpu = evaluate_twice(engine, make("Deployment", {"containers": [cpu_container()]})).mutated
     expr = template_specs(cpu)[0]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"][0]

@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuguard.webhook.cli.audit.formats import FORMATS, HUMAN_FORMATS, RenderOptions, render
 from gpuguard.webhook.cli.audit.run import FAIL_ON, AuditItem, AuditReport
-from gpuguard.webhook.cli.common import UsageError, error, guard, load_config_or_exit
+from gpuguard.webhook.cli.common import (
+    UsageError,
+    add_nodes_flag,
+    error,
+    guard,
+    load_config_or_exit,
+    with_nodes_or_exit,
+)
 from gpuguard.webhook.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -54,6 +61,7 @@ def register(subparsers: Any) -> None:
     source.add_argument("--chunk-size", type=_positive, default=500, metavar="N",
                         help="objects per list request (default: 500)")
     parser.add_argument("--config", metavar="FILE", help="GpuguardConfig file (default: the shipped default)")
+    add_nodes_flag(parser)
     parser.add_argument("--namespace-label", action="append", default=[], metavar="KEY=VALUE",
                         help="with files: a label of the target namespace, for profiles chosen by label "
                         "(repeatable)")
@@ -149,6 +157,7 @@ def run_audit(args: argparse.Namespace) -> int:
 
     config = load_config_or_exit(args.config)
     engine = Engine(config)
+    with_nodes_or_exit(engine, args.nodes)
     prices = cost.Prices.from_config(config)
     items: list[AuditItem] = []
     extra_errors: list[str] = []

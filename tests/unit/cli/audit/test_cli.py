@@ -16,7 +16,8 @@ from tests.support.paths import REPO
 
 ROOT = REPO
 M = ROOT / "tests" / "fixtures" / "manifests"
-CLEAN = str(M / "training" / "llama-finetune-job.yaml")  # mutated, but nothing to warn or deny
+CLEAN = str(M / "training" / "llama-finetune-job.yaml")  # nothing to warn or deny (it selects its GPU nodes)
+CHANGED = str(M / "training" / "jobset-gpt.yaml")  # mutated, but nothing to warn or deny
 DENIED = str(M / "training" / "bert-pretrain-job.yaml")
 WARNED = str(M / "inference" / "vllm-deployment-spot.yaml")
 BROKEN = str(M / "invalid" / "broken-stream.yaml")
@@ -84,11 +85,11 @@ def test_bad_config_reports_file_and_line(capsys, tmp_path: Path) -> None:
 
 def test_output_file_and_diff_to_stdout(capsys, tmp_path: Path) -> None:
     report = tmp_path / "audit.sarif"
-    code, out, _ = run(capsys, "audit", CLEAN, "--format", "sarif", "--output", str(report), "--diff")
+    code, out, _ = run(capsys, "audit", CHANGED, "--format", "sarif", "--output", str(report), "--diff")
     assert code == 0
     assert json.loads(report.read_text())["version"] == "2.1.0"
-    assert out.startswith("--- Job ml-research/llama3-8b-sft (submitted)")
-    assert "+      affinity:" in out
+    assert out.startswith("--- JobSet ml-research/gpt-1b-pretrain (submitted)")
+    assert any(line.startswith("+") and line.strip().endswith("affinity:") for line in out.splitlines())
 
 
 def test_stdin(capsys, monkeypatch) -> None:

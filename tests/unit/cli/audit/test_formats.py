@@ -241,9 +241,10 @@ def test_table_lists_findings_changes_and_summary(report: AuditReport) -> None:
 
 
 def test_table_diff_option_shows_unified_yaml_diff() -> None:
-    report = make_report([str(MANIFESTS / "training" / "llama-finetune-job.yaml")])
+    report = make_report([str(MANIFESTS / "training" / "jobset-gpt.yaml")])
     text = rendered(report, "table", width=140, diff=True)
-    assert "(submitted)" in text and "(after gpuguard)" in text and "+      affinity:" in text
+    assert "(submitted)" in text and "(after gpuguard)" in text
+    assert any(line.strip().startswith("+") and line.strip().endswith("affinity:") for line in text.splitlines())
 
 
 def test_html_is_self_contained(report: AuditReport) -> None:

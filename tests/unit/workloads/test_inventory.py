@@ -1,0 +1,78 @@
+"""The node inventory: nodes summarised into groups, pools, and the label learned for an accelerator."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from gpuguard.workloads.inventory import Taint, declared_pool, from_objects, summarise_nodes
+
+
+def node(name: str, labels: dict, alloc: dict, taints: list | None = None, **spec) -> dict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+            **labels}}, "spec": {"taints": taints or [], **spec}, "status": {"allocatable": alloc}}
+
+
+L4 = {"cloud.google.com/gke-accelerator": "nvidia-l4", "node.kubernetes.io/instance-type": "g2-standard-24"}
+L4_ALLOC = {"cpu": "23830m", "memory": "87Gi", "nvidia.com/gpu": "2"}
+GKE_TAINT = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+
+
+def test_nodes_of_one_shape_are_one_group_with_the_labels_all_of_them_carry():
+    groups, total = summarise_nodes([
+        node("a", {**L4, "topology.kubernetes.io/zone": "a"}, L4_ALLOC, GKE_TAINT),
+        node("b", {**L4, "topology.kubernetes.io/zone": "b"}, {**L4_ALLOC, "memory": "86Gi"}, GKE_TAINT),
+        node("cordoned", L4, L4_ALLOC, GKE_TAINT, unschedulable=True),
+        node("cpu", {"node.kubernetes.io/instance-type": "e2-standard-8"}, {"cpu": "8", "memory": "30Gi"}),
+    ])
+    assert total == 3 and len(groups) == 2
+    l4 = next(g for g in groups if g.name == "nvidia-l4")
+    assert l4.count == 2
+    assert "topology.kubernetes.io/zone" not in l4.labels and "kubernetes.io/hostname" not in l4.labels
+    assert l4.allocatable["memory"] == 87 * 2**30 and l4.smallest["memory"] == 86 * 2**30
+    assert l4.taints == (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
+    assert l4.describe() == "nvidia-l4, 2 nodes"
+
+
+def test_the_learned_label_is_one_only_the_accelerator_nodes_carry():
+    inv = from_objects([node("cpu", {"cloud.google.com/gke-nodepool": "default"}, {"cpu": "8"}),
+                        node("l4", {**L4, "cloud.google.com/gke-nodepool": "l4"}, L4_ALLOC, GKE_TAINT)])
+    assert inv.known
+    assert inv.selection_for(["nvidia.com/gpu"]) == {"key": "cloud.google.com/gke-accelerator", "operator": "In",
+                                                     "values": ["nvidia-l4"]}
+    # a resource no node offers: nothing to learn
+    assert inv.selection_for(["amd.com/gpu"]) is None
+
+
+def test_no_label_when_nothing_tells_the_accelerator_nodes_apart():
+    same = {"pool": "shared"}
+    inv = from_objects([node("cpu", same, {"cpu": "8"}), node("gpu", same, {"cpu": "8", "nvidia.com/gpu": "1"})])
+    assert inv.selection_for(["nvidia.com/gpu"]) is None
+
+
+def test_a_list_and_a_karpenter_nodepool_are_read():
+    nodepool = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"}, "spec": {
+        "template": {"spec": {"requirements": [
+            {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["a10g", "l4"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "Exists"}],
+            "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}},
+        "limits": {"nvidia.com/gpu": "16"}}}
+    inv = from_objects([{"apiVersion": "v1", "kind": "List", "items": [node("cpu", {}, {"cpu": "4"})]}, nodepool])
+    pool = next(g for g in inv.groups if g.source == "karpenter")
+    assert inv.nodes == 1 and pool.offers("nvidia.com/gpu") and not pool.offers("amd.com/gpu")
+    assert pool.amount("nvidia.com/gpu") is None  # a Karpenter pool's node shape is unknown
+    assert pool.labels["karpenter.k8s.aws/instance-gpu-name"] == frozenset({"a10g", "l4"})
+    assert pool.matches({"anything.example.com/x": "y"}, None)  # open labels: the instance type adds its own
+    assert not pool.matches({"karpenter.k8s.aws/instance-gpu-name": "h100"}, None)
+
+
+def test_declared_pool_and_taints():
+    pool = declared_pool("l4-pool", {"cloud.google.com/gke-accelerator": "nvidia-l4"}, GKE_TAINT,
+                         {"cpu": "23", "memory": "87Gi", "nvidia.com/gpu": "2"}, 4)
+    assert pool.amount("nvidia.com/gpu") == Decimal(2) and pool.describe() == "pool l4-pool, up to 4 nodes"
+    assert pool.untolerated([]) == [Taint("nvidia.com/gpu", "present", "NoSchedule")]
+    assert pool.untolerated([{"key": "nvidia.com/gpu", "operator": "Exists"}]) == []
+    assert pool.untolerated([{"operator": "Exists"}]) == []
+    assert pool.untolerated([{"key": "nvidia.com/gpu", "value": "other", "effect": "NoSchedule"}])
+    assert not pool.matches(None, [{"matchExpressions": [
+        {"key": "cloud.google.com/gke-accelerator", "operator": "In", "values": ["nvidia-h100-80gb"]}]}])
+    assert not pool.matches(None, [{}])  # an empty term matches no node

@@ -1,0 +1,397 @@
+"""The cluster's node inventory: what nodes (and pools that can add nodes) really offer.
+
+The accelerator profiles are a picture of one kind of cluster (GPU Operator labels, 8 CPUs and
+64 Gi per GPU, 8 devices per node).  The inventory replaces that picture with the cluster's own
+facts wherever it has them: which labels the nodes carrying an accelerator have, their taints,
+their allocatable CPU, memory, ephemeral storage and devices, and how many there are.
+
+Nodes are summarised into *groups* (same accelerator resources and amounts, product, instance
+type and taints) when they change, never per review: a review reads a handful of groups whatever
+the cluster's size.  Node pools an autoscaler grows come from two places: pools the admin
+declares in the config (``inventory.nodePools``: labels, taints, allocatable, an optional
+maximum count) and Karpenter ``NodePool`` objects (their requirements and taints; their shape is
+unknown, so they never make a pod "too big").
+
+A group's ``labels`` map a key to the set of values its nodes may carry (``None``: any value);
+``open_labels`` says the group may carry labels not listed (a Karpenter pool adds the instance
+type's well-known labels), so a selector on an unlisted key may still match it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from gpuguard.workloads import quantity
+
+NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+# Label keys that name a node's accelerator product, tried in this order to name a group.
+PRODUCT_LABELS = (
+    "nvidia.com/gpu.product", "cloud.google.com/gke-accelerator", "cloud.google.com/gke-tpu-accelerator",
+    "karpenter.k8s.aws/instance-gpu-name", "k8s.amazonaws.com/accelerator", "kubernetes.azure.com/accelerator",
+)
+INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+# Per-node labels: never what a group (or a pod's affinity) is about.
+_PER_NODE = ("kubernetes.io/hostname",)
+KARPENTER_GROUP = "karpenter.sh"
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+    def tolerated_by(self, tolerations: Iterable[Any]) -> bool:
+        """The scheduler's rule: some toleration with a matching key, operator, value and effect."""
+        for tol in tolerations:
+            if not isinstance(tol, dict):
+                continue
+            effect = tol.get("effect")
+            if effect and effect != self.effect:
+                continue
+            key, operator = tol.get("key"), tol.get("operator") or "Equal"
+            if not key:
+                if operator == "Exists":
+                    return True
+                continue
+            if key != self.key:
+                continue
+            if operator == "Exists" or str(tol.get("value") or "") == self.value:
+                return True
+        return False
+
+    def text(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """Nodes of one shape, or a pool that can add nodes of one shape."""
+
+    name: str
+    source: str  # nodes | pool | karpenter
+    labels: Mapping[str, frozenset[str] | None]
+    taints: tuple[Taint, ...]
+    allocatable: Mapping[str, Decimal]  # the group's largest node (what it can ever host)
+    smallest: Mapping[str, Decimal]  # its smallest node (what sizing may assume everywhere)
+    count: int | None  # nodes (a pool's maximum); None: no stated bound
+    open_labels: bool = False
+    shape_known: bool = True
+
+    def offers(self, resource: str) -> bool:
+        """Whether the group has (or, with an unknown shape, may have) ``resource``."""
+        if not self.shape_known:
+            return self._pool_may_offer(resource)
+        return self.allocatable.get(resource, Decimal(0)) > 0
+
+    def _pool_may_offer(self, resource: str) -> bool:
+        limits = self.allocatable
+        return resource in limits or not any("/" in k for k in limits)
+
+    def amount(self, resource: str) -> Decimal | None:
+        """Allocatable ``resource`` on the group's largest node; ``None``: not known."""
+        if not self.shape_known:
+            return None
+        return self.allocatable.get(resource, Decimal(0))
+
+    @property
+    def accelerators(self) -> dict[str, Decimal]:
+        return {k: v for k, v in self.allocatable.items() if "/" in k and v > 0}
+
+    def describe(self) -> str:
+        """``nvidia-h100-80gb, 4 nodes`` / ``pool gpu-l4, up to 10 nodes``."""
+        if self.source == "nodes":
+            return f"{self.name}, {self.count} node{'s' if self.count != 1 else ''}"
+        bound = f"up to {self.count} nodes" if self.count is not None else "no maximum"
+        return f"{'Karpenter NodePool' if self.source == 'karpenter' else 'pool'} {self.name}, {bound}"
+
+    def untolerated(self, tolerations: Iterable[Any]) -> list[Taint]:
+        tols = list(tolerations)
+        return [t for t in self.taints if t.effect in ("NoSchedule", "NoExecute") and not t.tolerated_by(tols)]
+
+    def matches(self, node_selector: Mapping[str, Any] | None, terms: list | None) -> bool:
+        """Whether some node of the group may satisfy a pod's nodeSelector and required node affinity."""
+        for key, value in (node_selector or {}).items():
+            if not self._may_have(str(key), "In", [str(value)]):
+                return False
+        if terms is None:
+            return True
+        for term in terms:
+            if not isinstance(term, dict):
+                continue
+            exprs = term.get("matchExpressions") or []
+            if not exprs and not term.get("matchFields"):
+                continue  # an empty term matches no node
+            if all(isinstance(e, dict) and self._may_have(str(e.get("key")), str(e.get("operator")),
+                                                           [str(v) for v in e.get("values") or []])
+                   for e in exprs):
+                return True
+        return False
+
+    def _may_have(self, key: str, operator: str, values: list[str]) -> bool:
+        if key not in self.labels:
+            if self.open_labels:
+                return True
+            return operator in ("NotIn", "DoesNotExist")
+        possible = self.labels[key]
+        if operator == "Exists":
+            return True
+        if operator == "DoesNotExist":
+            return False
+        if possible is None:
+            return True
+        if operator == "In":
+            return bool(possible & set(values))
+        if operator == "NotIn":
+            return bool(possible - set(values))
+        if operator in ("Gt", "Lt"):
+            return True  # numeric comparisons: never a reason to refuse
+        return True
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The node groups and pools the engine decides with (empty: the shipped profiles are the fallback)."""
+
+    groups: tuple[NodeGroup, ...] = ()
+    nodes: int = 0
+    notes: tuple[str, ...] = field(default=())
+    # selection_for answers per (resources, hints): reviews ask the same few questions again and again.
+    _selections: dict[tuple, dict[str, Any] | None] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def known(self) -> bool:
+        """Whether it knows any accelerator node or pool; else the profiles' picture is the fallback."""
+        return any(g.accelerators or not g.shape_known for g in self.groups)
+
+    def offering(self, resource: str) -> list[NodeGroup]:
+        return [g for g in self.groups if g.offers(resource)]
+
+    def without(self, resource: str) -> list[NodeGroup]:
+        return [g for g in self.groups if not g.offers(resource)]
+
+    def with_groups(self, extra: Iterable[NodeGroup]) -> Inventory:
+        return Inventory(self.groups + tuple(extra), self.nodes, self.notes)
+
+    def eligible(self, resources: Iterable[str]) -> list[NodeGroup]:
+        """Groups and pools that offer every one of ``resources`` (extended resource names)."""
+        wanted = [r for r in resources if "/" in r]
+        return [g for g in self.groups if all(g.offers(r) for r in wanted)]
+
+    def selection_for(self, resources: Iterable[str], hints: Iterable[str] = ()) -> dict[str, Any] | None:
+        """The node-affinity expression true of every node and pool offering ``resources`` and of no other.
+
+        Learned from the groups' labels: a key every eligible group carries (with its values), that no
+        other group may match; keys no other group carries at all come first, then the ``hints`` (the
+        profiles' own keys, product labels) in order.  ``None`` when no label tells them apart: the
+        resource request alone then keeps the pod on the right nodes.
+        """
+        resources, hints = tuple(resources), tuple(hints)
+        cache_key = (resources, hints)
+        if cache_key not in self._selections:
+            if len(self._selections) > 1024:
+                self._selections.clear()
+            self._selections[cache_key] = self._learn(resources, hints)
+        return self._selections[cache_key]
+
+    def _learn(self, resources: tuple[str, ...], hints: tuple[str, ...]) -> dict[str, Any] | None:
+        eligible = self.eligible(resources)
+        if not eligible:
+            return None
+        chosen = {id(g) for g in eligible}
+        others = [g for g in self.groups if id(g) not in chosen]
+        rank = {key: i for i, key in enumerate(hints)}
+        best: tuple | None = None
+        for key in _common_keys(eligible):
+            values = _union(g.labels[key] for g in eligible)
+            operator, listed = ("Exists", []) if values is None else ("In", sorted(values))
+            if any(g._may_have(key, operator, listed) for g in others):
+                continue
+            expression: dict[str, Any] = {"key": key, "operator": operator}
+            if listed:
+                expression["values"] = listed
+            absent = all(key not in g.labels for g in others)
+            order = (not absent, rank.get(key, len(rank)), not _looks_like_accelerator(key),
+                     len(values or ()), key)
+            if best is None or order < best[0]:
+                best = (order, expression)
+        return None if best is None else best[1]
+
+
+def _common_keys(groups: list[NodeGroup]) -> list[str]:
+    keys = set(groups[0].labels)
+    for g in groups[1:]:
+        keys &= set(g.labels)
+    return sorted(keys)
+
+
+def _union(sets: Iterable[frozenset[str] | None]) -> frozenset[str] | None:
+    out: set[str] = set()
+    for values in sets:
+        if values is None:
+            return None
+        out |= values
+    return frozenset(out)
+
+
+def _looks_like_accelerator(key: str) -> bool:
+    name = key.lower()
+    return any(word in name for word in ("accelerator", "gpu", "tpu", "neuron", "gaudi"))
+
+
+# ---------------------------------------------------------------- reading Node objects
+
+def _allocatable(node: Mapping[str, Any]) -> dict[str, Decimal]:
+    status = node.get("status")
+    alloc = status.get("allocatable") if isinstance(status, dict) else None
+    out: dict[str, Decimal] = {}
+    for key, raw in (alloc or {}).items() if isinstance(alloc, dict) else ():
+        value = quantity.parse(raw)
+        if value is not None and (key in NODE_RESOURCES or "/" in str(key)):
+            out[str(key)] = value
+    return out
+
+
+def _taints(raw: Any) -> tuple[Taint, ...]:
+    out = []
+    for t in raw if isinstance(raw, list) else ():
+        if isinstance(t, dict) and isinstance(t.get("key"), str) and t.get("effect"):
+            out.append(Taint(t["key"], str(t.get("value") or ""), str(t["effect"])))
+    return tuple(sorted(out, key=lambda t: (t.key, t.value, t.effect)))
+
+
+def _first(labels: Mapping[str, str], keys: Iterable[str]) -> str | None:
+    for key in keys:
+        if labels.get(key):
+            return labels[key]
+    return None
+
+
+@dataclass
+class _Acc:
+    """A group being summarised."""
+
+    name: str
+    labels: dict[str, str]
+    taints: tuple[Taint, ...]
+    largest: dict[str, Decimal]
+    smallest: dict[str, Decimal]
+    count: int = 1
+
+    def add(self, labels: Mapping[str, str], alloc: Mapping[str, Decimal]) -> None:
+        self.count += 1
+        for key in [k for k, v in self.labels.items() if labels.get(k) != v]:
+            del self.labels[key]  # the labels every node of the group carries
+        for key in set(self.largest) | set(alloc):
+            value = alloc.get(key, Decimal(0))
+            self.largest[key] = max(self.largest.get(key, Decimal(0)), value)
+            self.smallest[key] = min(self.smallest.get(key, value), value)
+
+    def freeze(self) -> NodeGroup:
+        labels: dict[str, frozenset[str] | None] = {k: frozenset((v,)) for k, v in self.labels.items()}
+        return NodeGroup(self.name, "nodes", labels, self.taints, dict(self.largest), dict(self.smallest),
+                         self.count)
+
+
+def summarise_nodes(nodes: Iterable[Mapping[str, Any]]) -> tuple[list[NodeGroup], int]:
+    """Node objects -> groups (same accelerators, product, instance type and taints), and the node count."""
+    groups: dict[tuple, _Acc] = {}
+    total = 0
+    for node in nodes:
+        meta = node.get("metadata")
+        spec = node.get("spec")
+        raw_labels = meta.get("labels") if isinstance(meta, dict) else None
+        labels = {str(k): str(v) for k, v in raw_labels.items() if k not in _PER_NODE} \
+            if isinstance(raw_labels, dict) else {}
+        if isinstance(spec, dict) and spec.get("unschedulable") is True:
+            continue  # cordoned: hosts nothing new
+        total += 1
+        alloc = _allocatable(node)
+        taints = _taints(spec.get("taints") if isinstance(spec, dict) else None)
+        accel = tuple(sorted((k, v) for k, v in alloc.items() if "/" in k and v > 0))
+        product = _first(labels, PRODUCT_LABELS)
+        itype = _first(labels, INSTANCE_TYPE_LABELS)
+        key = (accel, product, itype, taints)
+        acc = groups.get(key)
+        if acc is None:
+            name = product or itype or (accel[0][0] if accel else "cpu")
+            groups[key] = _Acc(name, dict(labels), taints, dict(alloc), dict(alloc))
+        else:
+            acc.add(labels, alloc)
+    return [g.freeze() for g in groups.values()], total
+
+
+# ---------------------------------------------------------------- pools
+
+def declared_pool(name: str, labels: Mapping[str, str], taints: Iterable[Mapping[str, Any]],
+                  allocatable: Mapping[str, Any], max_count: int | None) -> NodeGroup:
+    """A pool from the config: an autoscaled shape that may have no node yet."""
+    alloc = {str(k): v for k, v in ((k, quantity.parse(raw)) for k, raw in allocatable.items()) if v is not None}
+    return NodeGroup(name, "pool", {str(k): frozenset((str(v),)) for k, v in labels.items()},
+                     _taints(list(taints)), alloc, alloc, max_count)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def karpenter_pool(obj: Mapping[str, Any]) -> NodeGroup:
+    """A Karpenter NodePool: its requirements and template labels (shape unknown: sizes are never refused).
+
+    Karpenter labels every node it makes with ``karpenter.sh/nodepool``; the instance type's well-known
+    labels (GPU name, count ...) are not listed, so the pool's labels are open.
+    """
+    meta, spec = _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
+    template = _mapping(spec.get("template"))
+    tmeta, tspec = _mapping(template.get("metadata")), _mapping(template.get("spec"))
+    name = str(meta.get("name") or "nodepool")
+    labels: dict[str, frozenset[str] | None] = {"karpenter.sh/nodepool": frozenset((name,))}
+    for key, value in _mapping(tmeta.get("labels")).items():
+        labels[str(key)] = frozenset((str(value),))
+    requirements = tspec.get("requirements")
+    for req in requirements if isinstance(requirements, list) else ():
+        if not isinstance(req, dict) or not isinstance(req.get("key"), str):
+            continue
+        op, values = req.get("operator"), [str(v) for v in req.get("values") or []]
+        if op == "In" and values:
+            labels[req["key"]] = frozenset(values)
+        elif op in ("Exists", "NotIn", "Gt", "Lt"):
+            labels[req["key"]] = None
+    limits = _mapping(spec.get("limits"))
+    known = {str(k): v for k, v in ((k, quantity.parse(raw)) for k, raw in limits.items()) if v is not None}
+    return NodeGroup(name, "karpenter", labels, _taints(tspec.get("taints")),
+                     known, known, None, open_labels=True, shape_known=False)
+
+
+def from_objects(objects: Iterable[Any], pools: Iterable[NodeGroup] = ()) -> Inventory:
+    """An inventory from Node and Karpenter NodePool objects (Lists unpacked) plus declared pools."""
+    nodes: list[Mapping[str, Any]] = []
+    extra: list[NodeGroup] = list(pools)
+    for obj in _flatten(objects):
+        kind, api = obj.get("kind"), str(obj.get("apiVersion") or "")
+        if kind == "Node" and api == "v1":
+            nodes.append(obj)
+        elif kind == "NodePool" and api.split("/")[0] == KARPENTER_GROUP:
+            extra.append(karpenter_pool(obj))
+    groups, total = summarise_nodes(nodes)
+    return Inventory(tuple(groups) + tuple(extra), total)
+
+
+def _flatten(objects: Iterable[Any]) -> Iterable[Mapping[str, Any]]:
+    for obj in objects:
+        if not isinstance(obj, dict):
+            continue
+        if str(obj.get("kind", "")).endswith("List") and isinstance(obj.get("items"), list):
+            for item in obj["items"]:
+                if isinstance(item, dict):
+                    item.setdefault("kind", obj["kind"][:-4] if obj["kind"] != "List" else item.get("kind"))
+                    item.setdefault("apiVersion", obj.get("apiVersion"))
+                    yield item
+        else:
+            yield obj
+
+
+EMPTY_INVENTORY = Inventory()
