@@ -9,6 +9,9 @@ called for every object.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
+
+import orjson
 
 from gpuguard.workloads import argo
 from gpuguard.workloads.kinds.spec import (
@@ -34,6 +37,35 @@ WORKFLOW_CONTROLLER = Operator("argo-workflow-controller",
 _SCHEDULING = ("tolerations", "nodeSelector", "affinity", "schedulerName", "priorityClassName")
 
 
+# The last workflow spec counted (its JSON) and its counts, or its TooLarge: the engine locates an
+# object's templates twice (the quantity check on the request's object, the view on its working
+# copy) and the view's peak checks the same bounds, and the count is the costly part.  Keyed by
+# content, so a copy hits and a changed spec misses.
+_last: tuple[bytes, dict[str, int] | argo.TooLarge] | None = None
+
+
+def _counts(workflow: Any) -> dict[str, int]:
+    """``argo.most_at_once(workflow)``, once per workflow content; :class:`argo.TooLarge` past a bound."""
+    global _last
+    try:
+        key: bytes | None = orjson.dumps(workflow, option=orjson.OPT_NON_STR_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        key = None
+    last = _last
+    if key is None or last is None or last[0] != key:
+        try:
+            found: dict[str, int] | argo.TooLarge = argo.most_at_once(workflow)
+        except argo.TooLarge as exc:
+            found = exc
+        if key is None:
+            last = (b"", found)
+        else:
+            last = _last = (key, found)
+    if isinstance(last[1], argo.TooLarge):
+        raise last[1]
+    return last[1]
+
+
 def _argo_at(prefix: Path) -> Locate:
     """An Argo WorkflowSpec at ``prefix``: its pod-making templates."""
     inherits = tuple((key, prefix + ("templateDefaults", key)) for key in _SCHEDULING) + tuple(
@@ -42,7 +74,7 @@ def _argo_at(prefix: Path) -> Locate:
     def locate(obj: dict) -> Iterator[TemplateRef]:
         workflow = get_path(obj, prefix)
         try:
-            counts = argo.most_at_once(workflow)  # every template's, in one walk
+            counts = _counts(workflow)  # every template's, in one walk
         except argo.TooLarge:
             counts = {}  # one pod each here; the view's peak (_peak_at) refuses the workflow
         for i, template in dicts(get_path(workflow, ("templates",))):
@@ -65,7 +97,7 @@ def _peak_at(prefix: Path) -> Peak:
 
     def peak(obj: dict, weight: argo.Weight) -> dict[str, int]:
         workflow = get_path(obj, prefix)
-        argo.most_at_once(workflow)
+        _counts(workflow)
         return argo.peak(workflow, weight)
 
     return peak

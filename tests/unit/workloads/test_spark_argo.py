@@ -321,7 +321,7 @@ def test_deep_and_wide_steps_are_walked_without_recursion():
     assert peak(wide, lambda n: 1) == {"train": 5000}
 
 
-def test_a_thousand_task_dag_is_judged_and_larger_ones_are_refused_naming_the_bound():
+def test_a_dag_at_the_task_bound_is_judged_and_larger_ones_are_refused_naming_the_bound():
     chain = [{"name": f"t{i}", "template": "train", "dependencies": [f"t{i - 1}"] if i else []}
              for i in range(MAX_DAG_TASKS)]
     wf = workflow([{"name": "main", "dag": {"tasks": chain}}, pod("train", 8)])
