@@ -22,6 +22,7 @@ from gpuguard.policies import (
     job_ttl,
     priority_abuse,
     priority_class,
+    schedulable,
     shm_volume,
     workload_class,
 )
@@ -31,7 +32,7 @@ REGISTRY: dict[str, Policy] = {
     module.POLICY.id: module.POLICY
     for module in (
         gpu_tolerations, gpu_node_affinity, default_resources, priority_class, job_ttl, job_limits, shm_volume,
-        checkpoint_volume, gpu_memory_guard, gpu_request_shape, gang_scheduling, inference_on_spot,
+        checkpoint_volume, gpu_memory_guard, gpu_request_shape, schedulable, gang_scheduling, inference_on_spot,
         ephemeral_storage, priority_abuse, workload_class, idle_after_finish,
     )
 }

@@ -1,0 +1,179 @@
+"""schedulable: refuse what no node or pool of this cluster can ever host.
+
+A pod that asks for 16 GPUs where the largest node has 8, for more memory than any GPU node
+has, for a product no node carries, or that tolerates none of the taints every GPU node has,
+is accepted by the apiserver and pends forever; a distributed job whose pods must run together
+and ask for more GPUs than the whole cluster (and its pools) can ever offer never starts, while
+the pods that did start hold their GPUs.  Judged from the node inventory
+(``workloads/inventory.py``: the Nodes, declared pools and Karpenter NodePools); without one
+nothing is judged here (``gpu-request-shape`` keeps the profiles' caps).  Capacity in use is
+not the question: nothing is denied for being busy now.
+
+The checks narrow the groups a pod could land on step by step (offers its accelerators, enough
+devices, enough CPU/memory/ephemeral storage, matches its node selection, tolerates the taints),
+so the message names the first step no group passes and the largest shape there is.  A pool whose
+node shape is unknown (a Karpenter NodePool) passes every size step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+
+from pydantic import Field
+
+from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
+from gpuguard.workloads.inventory import NODE_RESOURCES, Inventory, NodeGroup
+from gpuguard.workloads.view import PodTemplate, WorkloadView
+
+
+class Settings(PolicySettings):
+    check_gangs: bool = Field(True, description="Deny a distributed job whose pods, which must run together, ask "
+                              "for more accelerators than every eligible node and pool can ever offer.")
+
+
+def _num(value: Decimal) -> str:
+    text = f"{value:f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _qty(name: str, value: Decimal) -> str:
+    """CPU as cores, bytes as Gi (what an allocatable of 93415538688 means to a reader)."""
+    if name == "cpu" or "/" in name:
+        return _num(value.quantize(Decimal("0.001")))
+    return f"{_num((value / 2**30).quantize(Decimal('0.1')))}Gi"
+
+
+def _largest(groups: list[NodeGroup], resource: str) -> NodeGroup:
+    """The group with the most of ``resource`` per node (a pool of unknown shape counts as none)."""
+    return max(groups, key=lambda g: g.amount(resource) or Decimal(0))
+
+
+def _asks(template: PodTemplate) -> dict[str, Decimal]:
+    """Per pod: the accelerator units by extended resource and the CPU, memory and disk requests."""
+    out = {r: Decimal(n) for r, n in template.effective_gpus.items() if "/" in r}
+    for name in NODE_RESOURCES:
+        asked = template.pod_request(name)
+        if asked > 0:
+            out[name] = asked
+    return out
+
+
+def _fits(group: NodeGroup, resource: str, amount: Decimal) -> bool:
+    have = group.amount(resource)
+    return have is None or have >= amount
+
+
+def _too_many_devices(template: PodTemplate, asks: dict[str, Decimal], groups: list[NodeGroup]) -> Finding | None:
+    for resource in sorted(r for r in asks if "/" in r):
+        if not any(_fits(g, resource, asks[resource]) for g in groups):
+            big = _largest(groups, resource)
+            return Finding(template.spec_path, f"asks {_num(asks[resource])} {resource} per pod; the largest eligible "
+                           f"node has {_num(big.amount(resource) or Decimal(0))} ({big.describe()}): it would pend "
+                           "forever", f"ask for at most {_num(big.amount(resource) or Decimal(0))} per pod and add "
+                           "pods (workers) instead")
+    return None
+
+
+def _too_big(template: PodTemplate, asks: dict[str, Decimal], groups: list[NodeGroup]) -> Finding | None:
+    for name in NODE_RESOURCES:
+        if name in asks and not any(_fits(g, name, asks[name]) for g in groups):
+            big = _largest(groups, name)
+            have = big.amount(name) or Decimal(0)
+            return Finding(template.spec_path, f"asks {name} {_qty(name, asks[name])} per pod; the largest eligible "
+                           f"node has {_qty(name, have)} allocatable ({big.describe()}): it would pend forever",
+                           f"request at most {_qty(name, have)} {name} per pod")
+    return None
+
+
+def _selection(template: PodTemplate) -> tuple[dict | None, list | None]:
+    node_selector = template.spec.get("nodeSelector")
+    affinity = template.spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") \
+        if isinstance(node_affinity, dict) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    return (node_selector if isinstance(node_selector, dict) else None,
+            terms if isinstance(terms, list) else None)
+
+
+def _names(groups: list[NodeGroup]) -> str:
+    shown = [g.describe() for g in groups[:4]]
+    return "; ".join(shown) + (f" and {len(groups) - 4} more" if len(groups) > 4 else "")
+
+
+def _judge_pod(template: PodTemplate, inventory: Inventory) -> Finding | None:
+    asks = _asks(template)
+    accelerators = sorted(r for r in asks if "/" in r)
+    if not accelerators:
+        return None  # DRA claims only: ResourceSlices, not node allocatable, say where they fit
+    groups = inventory.eligible(accelerators)
+    if not groups:
+        return Finding(template.spec_path, f"asks {', '.join(accelerators)}, which no node or pool of the cluster "
+                       "offers: it would pend forever", "ask for an accelerator the cluster has, or declare the "
+                       "pool that adds it (inventory.nodePools, docs/inventory.md)")
+    finding = _too_many_devices(template, asks, groups)
+    if finding is not None:
+        return finding
+    groups = [g for g in groups if all(_fits(g, r, asks[r]) for r in accelerators)]
+    finding = _too_big(template, asks, groups)
+    if finding is not None:
+        return finding
+    groups = [g for g in groups if all(_fits(g, r, v) for r, v in asks.items())]
+    node_selector, terms = _selection(template)
+    matched = [g for g in groups if g.matches(node_selector, terms)]
+    if not matched:
+        return Finding(template.spec_path, "its nodeSelector or required node affinity matches none of the nodes "
+                       f"and pools that can hold it ({_names(groups)}): it would pend forever",
+                       "select a product or label those nodes carry (kubectl get nodes --show-labels)")
+    tolerations = template.spec.get("tolerations")
+    tolerations = tolerations if isinstance(tolerations, list) else []
+    if all(g.untolerated(tolerations) for g in matched):
+        taints = sorted({t.text() for g in matched for t in g.untolerated(tolerations)})
+        return Finding(template.spec_path, f"does not tolerate the taints of any node that can hold it "
+                       f"({', '.join(taints)} on {_names(matched)}): it would pend forever",
+                       f"add a toleration for {taints[0]}")
+    return None
+
+
+def _gang(view: WorkloadView, inventory: Inventory) -> Iterator[Finding]:
+    for resource, total in sorted(view.gpus_by_resource().items()):
+        if "/" not in resource:
+            continue
+        groups = inventory.offering(resource)
+        if not groups or any(g.amount(resource) is None or g.count is None for g in groups):
+            continue  # no bound known (an unbounded pool, a Karpenter pool): it may grow to fit
+        capacity = sum(((g.amount(resource) or Decimal(0)) * (g.count or 0) for g in groups), Decimal(0))
+        if total > capacity:
+            yield Finding(("spec",), f"its pods must run together and ask {total} {resource} in all; every node and "
+                          f"pool that has it offers {_num(capacity)} ({_names(groups)}): it can never start",
+                          "lower the replicas or the accelerators per pod, or add nodes (or raise a pool's maxCount)")
+
+
+def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
+    inventory = view.inventory
+    if not inventory.known:
+        return
+    for template in view.gpu_templates:
+        finding = _judge_pod(template, inventory)
+        if finding is not None:
+            yield finding
+    if settings.check_gangs and view.kind.gang is not None and view.pod_count() > 1:
+        yield from _gang(view, inventory)
+
+
+POLICY = ValidatingPolicy(
+    id="schedulable",
+    title="Only what some node or pool can ever host",
+    settings_model=Settings,
+    run=validate,
+    description="With a node inventory (docs/inventory.md), denies a pod or pod template that no node group or "
+    "declared pool can ever host (more devices per pod than any eligible node has, CPU/memory/ephemeral storage "
+    "beyond every eligible node's allocatable, a node selection no such node matches, taints it does not tolerate "
+    "on all of them) and a distributed job whose pods, which must run together, ask for more accelerators than all "
+    "eligible nodes and pools can offer, naming what it asked for and the largest shape there is; never for "
+    "capacity in use now.",
+    rationale="The apiserver accepts a pod no node can hold; it pends forever, and a gang that can never fit holds "
+    "the GPUs of the pods that did start.",
+    cpu_scope=accelerator_objects_only,
+)
