@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gc
 import os
+import sys
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,6 +39,12 @@ def _tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 20, 50)
+
+
+def _tune_threads() -> None:
+    """Hand the GIL over more often than Python's default 5 ms: while an engine thread judges a large
+    review, the event loop (probes, other reviews' I/O) waits for the GIL at most this long per turn."""
+    sys.setswitchinterval(limits.GIL_SWITCH_SECONDS)
 
 
 def _watchers(server: ServerState, settings: ServeSettings) -> list[filewatch.Watcher]:
@@ -73,6 +80,7 @@ def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI
         tasks = [asyncio.create_task(w.run(), name=f"gpuguard-reload-{w.name}")
                  for w in _watchers(server, settings)]
         _tune_gc()
+        _tune_threads()
         try:
             yield
         finally:

@@ -12,3 +12,6 @@ DEFAULT_MAX_CONNECTIONS = 1000
 # reviews are answered while a large one is judged.  The GIL runs one at a time; more threads
 # only let more slow reviews run side by side before a new one queues (bench/hostile.py).
 ENGINE_THREADS = 4
+# How often a thread holding the GIL hands it over (Python's default is 5 ms): shorter lets the
+# event loop answer probes and small reviews between an engine thread's slices (bench/hostile.py).
+GIL_SWITCH_SECONDS = 0.001

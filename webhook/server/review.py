@@ -218,6 +218,17 @@ async def _judge_in_time(server: ServerState, endpoint: str, req: AdmissionReque
     return failure(server, req, f"not judged within the review deadline of {deadline:g} s (reviewDeadlineSeconds)")
 
 
+# Bodies larger than this are parsed in an engine thread too: parsing and validating a 3 MiB
+# review takes tens of milliseconds, which the event loop (probes, other reviews) must not wait for.
+PARSE_INLINE_BYTES = 64 * 1024
+
+
+async def _parse(raw: bytes, pool: Executor | None) -> AdmissionRequest:
+    if pool is None or len(raw) <= PARSE_INLINE_BYTES:
+        return envelope.parse_review(raw)
+    return await asyncio.get_running_loop().run_in_executor(pool, envelope.parse_review, raw)
+
+
 def json_response(status: int, body: Any) -> Response:
     return Response(content=orjson.dumps(body), status_code=status, media_type="application/json")
 
@@ -232,10 +243,11 @@ def _refused(endpoint: str, status: int, reason: str) -> Response:
 async def handle_review(request: Request, endpoint: str) -> Response:
     """The /mutate and /validate route: always an AdmissionReview or an ``{"error": …}`` answer."""
     server: ServerState = request.app.state.server
+    pool = getattr(request.app.state, "engine_pool", None)
     started = time.perf_counter()
     try:
         check_encoding(request)
-        req = envelope.parse_review(await read_body(request, server.max_body_bytes()))
+        req = await _parse(await read_body(request, server.max_body_bytes()), pool)
     except ReviewError as exc:
         return _refused(endpoint, exc.status, exc.reason)
     except ClientGone as exc:
@@ -248,8 +260,7 @@ async def handle_review(request: Request, endpoint: str) -> Response:
         review, outcome = envelope.allow(req.uid), Outcome("allowed", skipped=skip)
     else:
         try:
-            review, outcome = await _judge_in_time(server, endpoint, req, getattr(request.app.state, "engine_pool",
-                                                                                 None))
+            review, outcome = await _judge_in_time(server, endpoint, req, pool)
         except Exception as exc:  # nothing a review holds may turn into a 500: refuse what could not be judged
             logs.server_logger().error("review failed; answering per failureMode",
                                        extra={"uid": req.uid, **logs.exception_summary(exc)})

@@ -107,3 +107,20 @@ def test_the_deadline_is_a_config_setting_below_the_webhook_timeout():
     with pytest.raises(ConfigError):
         parse_config_text(CONFIG.format(mode="closed", deadline=0), "t")
     assert parse_config_text(CONFIG.format(mode="closed", deadline=5), "t").raw.review_deadline_seconds == 5
+
+
+def test_a_large_body_is_parsed_off_the_event_loop_with_the_same_answers():
+    from gpuguard.webhook.server.review import PARSE_INLINE_BYTES
+
+    client, held = _client()
+    try:
+        big = _named("normal")
+        big["metadata"]["annotations"] = {"filler": "x" * PARSE_INLINE_BYTES}
+        status, answer = client.post_json("/mutate", review(big))
+        broken = orjson.dumps(review(big))[:-1]  # cut short: not JSON
+        bad_status, _, bad = client.request("POST", "/mutate", broken, {"content-type": "application/json"})
+    finally:
+        held.release.set()
+        client.close()
+    assert status == 200 and answer["response"]["allowed"] is True and "patch" in answer["response"]
+    assert bad_status == 400 and b"error" in bad
