@@ -29,7 +29,9 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS_DIR = HERE / "results"
+# ``GPUGUARD_BENCH_RESULTS`` sends results elsewhere: the smoke runs (``bench/smoke.py``) leave the
+# recorded runs in bench/results alone.
+RESULTS_DIR = Path(os.environ.get("GPUGUARD_BENCH_RESULTS") or HERE / "results")
 BUILD_DIR = HERE / ".build"
 FIXEDRATE = BUILD_DIR / "fixedrate"
 WRK_SCRIPT = HERE / "loadgen" / "post.lua"

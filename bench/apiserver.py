@@ -449,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         "apiserver_phases_ms_per_create": phases,
         "vap": vap_objects(), "tables": text,
     })
-    print(f"\nresults: {path.relative_to(ROOT)}")
+    print(f"\nresults: {path}")
     return 0
 
 

@@ -28,11 +28,13 @@ BODIES_DIR = HERE / "bodies"
 NAMESPACE = "ml-team"
 
 #: The workloads, in the order every table shows them.
-NAMES = ("gpu-pod", "gpu-job-pvc", "pytorchjob-4w", "cpu-deployment", "pod-60kb")
+NAMES = ("gpu-pod", "gpu-job-pvc", "pytorchjob-4w", "jobset-2x4", "argo-dag", "cpu-deployment", "pod-60kb")
 DESCRIPTIONS = {
     "gpu-pod": "bare GPU Pod, CHECKPOINT_URI on S3",
     "gpu-job-pvc": "batch/v1 Job, 2 GPUs, checkpoint PVC",
     "pytorchjob-4w": "PyTorchJob, master + 4 workers x 8 GPUs, PVC, gang",
+    "jobset-2x4": "JobSet, leader + 4 workers x 8 GPUs, PVC, Kueue queue",
+    "argo-dag": "Argo Workflow, DAG prepare -> 2 x train (8 GPUs) -> evaluate, PVC",
     "cpu-deployment": "non-GPU Deployment (fast path)",
     "pod-60kb": "GPU Pod, 12 containers, ~900 env vars, ~60 KB",
 }
@@ -126,6 +128,37 @@ def pytorchjob() -> dict[str, Any]:
     }
 
 
+def jobset() -> dict[str, Any]:
+    def replicated(name: str, count: int) -> dict[str, Any]:
+        spec = _defaulted_spec({"containers": [_trainer(8)], "volumes": [_pvc_volume()]})
+        return {"name": name, "replicas": count, "template": {"spec": {
+            "parallelism": 1, "completions": 1, "backoffLimit": 0,
+            "template": {"metadata": {"labels": {"app": "llm"}}, "spec": spec}}}}
+
+    # A Kueue queue gangs the JobSet's 5 GPU pods (gang-scheduling).
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": _meta("llm-jobset", labels={"app.kubernetes.io/name": "llm-jobset",
+                                                    "kueue.x-k8s.io/queue-name": "training"}),
+            "spec": {"replicatedJobs": [replicated("leader", 1), replicated("workers", 4)]}}
+
+
+def argo_dag() -> dict[str, Any]:
+    def step(name: str, gpus: int) -> dict[str, Any]:
+        container = _trainer(gpus) if gpus else {"image": "ghcr.io/example/prep:1", "command": ["python", "prep.py"],
+                                                 "volumeMounts": [{"name": "ckpt", "mountPath": "/checkpoints"}]}
+        container.pop("name", None)
+        return {"name": name, "container": container}
+
+    tasks = [{"name": "prepare", "template": "prep"},
+             {"name": "train-a", "template": "train", "depends": "prepare"},
+             {"name": "train-b", "template": "train", "depends": "prepare"},
+             {"name": "evaluate", "template": "eval", "depends": "train-a && train-b"}]
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": _meta("llm-pipeline"),
+            "spec": {"entrypoint": "main", "volumes": [_pvc_volume()],
+                     "templates": [{"name": "main", "dag": {"tasks": tasks}}, step("prep", 0), step("train", 8),
+                                   step("eval", 1)]}}
+
+
 def cpu_deployment() -> dict[str, Any]:
     container = {"name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 80, "protocol": "TCP"}],
                  "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "128Mi"}}}
@@ -155,11 +188,13 @@ def pod_60kb() -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": _meta("big-pod"), "spec": spec}
 
 
-BUILDERS = {"gpu-pod": gpu_pod, "gpu-job-pvc": gpu_job_pvc, "pytorchjob-4w": pytorchjob,
-            "cpu-deployment": cpu_deployment, "pod-60kb": pod_60kb}
+BUILDERS = {"gpu-pod": gpu_pod, "gpu-job-pvc": gpu_job_pvc, "pytorchjob-4w": pytorchjob, "jobset-2x4": jobset,
+            "argo-dag": argo_dag, "cpu-deployment": cpu_deployment, "pod-60kb": pod_60kb}
 
 _RESOURCES = {"Pod": ("", "v1", "pods"), "Job": ("batch", "v1", "jobs"),
-              "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"), "Deployment": ("apps", "v1", "deployments")}
+              "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"), "Deployment": ("apps", "v1", "deployments"),
+              "JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+              "Workflow": ("argoproj.io", "v1alpha1", "workflows")}
 
 
 def review(obj: dict[str, Any], uid: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Instructions per GPU Job create (mutate + validate), this checkout against another one.
 
-``python bench/instructions.py --base DIR [--runs 300]``.  Wall-clock timings on a shared
+``python bench/instructions.py [--base DIR] [--runs 300 | --quick]``.  Wall-clock timings on a shared
 2-core machine swing by 2x with the neighbours' load; the number of instructions executed
 does not.  Each checkout is run twice under valgrind's callgrind (``valgrind`` from Debian):
 with 0 and with ``--runs`` creates after the same warm-up, so start-up cancels out and the
@@ -55,12 +55,19 @@ def per_create(root: Path, runs: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", required=True, type=Path, help="another checkout (e.g. `git archive` of main)")
+    parser.add_argument("--base", type=Path, help="another checkout (e.g. `git archive` of main); none: this one only")
     parser.add_argument("--runs", type=int, default=300, help="creates measured (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="20 creates: a smoke run (counts less exact)")
     args = parser.parse_args()
+    if args.quick:
+        args.runs = 20
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
-    base, this = per_create(args.base.resolve(), args.runs), per_create(ROOT, args.runs)
+    this = per_create(ROOT, args.runs)
+    if args.base is None:
+        print(f"instructions per GPU Job create: this checkout {this:,.0f}")
+        return 0
+    base = per_create(args.base.resolve(), args.runs)
     print(f"instructions per GPU Job create: base {base:,.0f}, this checkout {this:,.0f}, "
           f"ratio {this / base:.3f}")
     return 0

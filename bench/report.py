@@ -3,23 +3,28 @@
 Why: the README promises "the table of the last run"; pasting by hand drifts.  Each results
 file's ``tables`` text replaces the block between ``<!-- results:NAME -->`` and
 ``<!-- /results:NAME -->`` (NAME = the results file's stem), together with the run's date,
-commit and machine.  ``python bench/report.py``.
+commit and machine.  ``python bench/report.py``; ``--check`` writes nothing and fails when a
+block has no recorded run with its commit and tables to be regenerated from (``bench/smoke.py``).
 """
 
 from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 import orjson
-from _common import HERE, RESULTS_DIR, machine_line
+from _common import HERE, machine_line
 
 README = HERE / "README.md"
 
 
+RECORDED = HERE / "results"  # the recorded runs, whatever GPUGUARD_BENCH_RESULTS says
+
+
 def block(name: str) -> str | None:
     """The README block for one results file, or None when that benchmark has not run yet."""
-    path = RESULTS_DIR / f"{name}.json"
+    path = RECORDED / f"{name}.json"
     if not path.exists():
         return None
     doc = orjson.loads(path.read_bytes())
@@ -30,10 +35,30 @@ def block(name: str) -> str | None:
     return f"{meta}\n\n```text\n{doc['tables'].strip()}\n```"
 
 
+def check(names: list[str]) -> list[str]:
+    """What keeps a README block from being regenerated: no results file, or one without commit or tables."""
+    problems = []
+    for name in names:
+        path: Path = RECORDED / f"{name}.json"
+        if not path.exists():
+            problems.append(f"{name}: no bench/results/{name}.json")
+            continue
+        doc = orjson.loads(path.read_bytes())
+        if not doc.get("code", {}).get("commit") or not doc.get("tables") or "when" not in doc:
+            problems.append(f"{name}: bench/results/{name}.json lacks its commit, date or tables")
+    return problems
+
+
 def main() -> int:
-    """Rewrite every results block of the README in place."""
+    """Rewrite every results block of the README in place (``--check``: only check that it can be)."""
     text = README.read_text()
     names = re.findall(r"<!-- results:([\w-]+) -->", text)
+    if "--check" in sys.argv[1:]:
+        problems = check(names)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        print(f"{len(names)} README block(s), {len(problems)} without a recorded run to regenerate from")
+        return 1 if problems else 0
     for name in names:
         body = block(name)
         if body is None:

@@ -38,7 +38,6 @@ import orjson
 from _common import (
     FIXEDRATE,
     HERE,
-    ROOT,
     WRK_SCRIPT,
     CpuAccount,
     Server,
@@ -287,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                      "server_python_packages": packages, "gc_tuned": args.gc_tuned},
         "results": results, "profile": profile, "tables": tables,
     })
-    print(f"\nresults: {path.relative_to(ROOT)}")
+    print(f"\nresults: {path}")
     return 0
 
 

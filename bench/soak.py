@@ -104,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=int, default=600, help="seconds of load (default 600)")
     parser.add_argument("--segment", type=int, default=30, help="seconds per load segment (default 30)")
     parser.add_argument("--replace-every", type=float, default=10.0, help="seconds between replacements")
+    parser.add_argument("--quick", action="store_true", help="20 s, 5 s segments, replaced every 2 s: a smoke run")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.duration, args.segment, args.replace_every = 20, 5, 2.0
     if not FIXEDRATE.exists():
         raise SystemExit("missing bench/.build/fixedrate: run `bash bench/setup.sh` first")
     if not 1 <= args.duration <= 3600 or not 1 <= args.segment <= 120:
