@@ -14,6 +14,12 @@ push them over the pod's budget.  A memory
 limit is added (equal to the request by default), because a GPU pod without one is
 BestEffort or unbounded Burstable: first to be evicted, or free to OOM its neighbours.
 
+With a node inventory (``workloads/inventory.py``), a device's share is read from the cluster:
+the allocatable of the smallest node group (or pool) the pod can land on, less ``nodeReserve``,
+divided by its devices, and capped by the profile's numbers, so a 2x L4 g2-standard-24 (24 vCPU,
+96 GB) gets about 11 CPUs and 41Gi per GPU instead of the profile's 64Gi, which no such node has.
+The object's ``gpuguard.io/sized-from`` annotation names the group the share came from.
+
 Never lowers what the user set: a missing request next to a set limit stays missing (the
 apiserver defaults it to the limit on the Pod), and a missing limit is never set below
 the request.
@@ -29,7 +35,12 @@ from pydantic import Field, field_validator
 
 from gpuguard.policies.base import ConfigModel, CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
 from gpuguard.workloads import quantity
+from gpuguard.workloads.accelerators import Size as DeviceSize
+from gpuguard.workloads.inventory import NODE_RESOURCES, Inventory, NodeGroup
+from gpuguard.workloads.paths import child_dict
 from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
+
+SIZED_FROM_ANNOTATION = "gpuguard.io/sized-from"
 
 
 class Size(ConfigModel):
@@ -55,6 +66,9 @@ class Settings(PolicySettings):
     set_cpu_limit: bool = Field(False, description="Also set a CPU limit equal to the request "
                                 "(throttles data loaders; off by default).")
     apply_to_non_gpu_pods: bool = Field(False, description="Also size pods that request no GPU.")
+    node_reserve: Size = Field(default_factory=lambda: Size(cpu="1", memory="4Gi", ephemeral_storage="10Gi"),
+                               description="With a node inventory: per node, left out of the share its devices "
+                               "get (daemons and other pods' headroom).")
 
 
 def _scaled(text: str, factor: int | float | Decimal) -> Decimal:
@@ -96,11 +110,64 @@ def _fill(container: Container, name: str, request: Decimal, limit_factor: float
     return changed
 
 
-def _size_container(container: Container, template: PodTemplate, settings: Settings, memory_factor: float) -> bool:
+# A share: resource -> (node resource -> amount per unit of that resource), and the group it came from.
+Share = tuple[dict[str, dict[str, Decimal]], NodeGroup]
+
+
+def _node_share(template: PodTemplate, inventory: Inventory, reserve: Size) -> Share | None:
+    """Per accelerator unit, the CPU/memory/disk of the smallest node group the pod can land on."""
+    resources = sorted(r for r in template.effective_gpus if "/" in r)
+    if not resources or not inventory.known:
+        return None
+    # groups whose nodes can hold the pod's devices at all (the others are schedulable's to report)
+    groups = [g for g in inventory.eligible(resources) if g.shape_known
+              and all(g.smallest.get(r, Decimal(0)) >= template.effective_gpus[r] for r in resources)]
+    selector = template.spec.get("nodeSelector")
+    tolerations = template.spec.get("tolerations")
+    fitting = [g for g in groups if g.matches(selector if isinstance(selector, dict) else None, None)
+               and not g.untolerated(tolerations if isinstance(tolerations, list) else [])]
+    groups = fitting or groups
+    if not groups:
+        return None
+    first = resources[0]
+    group = min(groups, key=lambda g: (g.smallest.get("memory", Decimal(0)) / g.smallest[first], g.name))
+    kept = {"cpu": _scaled(reserve.cpu, 1), "memory": _scaled(reserve.memory, 1),
+            "ephemeral-storage": _scaled(reserve.ephemeral_storage, 1)}
+    share: dict[str, dict[str, Decimal]] = {}
+    for resource in resources:
+        devices = group.smallest.get(resource, Decimal(0))
+        if devices <= 0:
+            return None
+        share[resource] = {x: max(Decimal(0), group.smallest[x] - kept[x]) / devices
+                           for x in NODE_RESOURCES if x in group.smallest}
+    return share, group
+
+
+def _capped(profile: DeviceSize, container: Container, share: Share | None) -> DeviceSize:
+    """The profile's size, lowered to the container's devices' share of the node (never raised)."""
+    if share is None:
+        return profile
+    per_unit, _ = share
+
+    def node(name: str) -> Decimal | None:
+        if not all(r in per_unit and name in per_unit[r] for r in container.gpus):
+            return None
+        return sum((per_unit[r][name] * n for r, n in container.gpus.items()), Decimal(0))
+
+    def cap(value: Decimal | None, name: str) -> Decimal | None:
+        limit = node(name)
+        return value if value is None or limit is None else min(value, limit)
+
+    return DeviceSize(cap(profile.cpu, "cpu"), cap(profile.memory, "memory"),
+                      cap(profile.ephemeral_storage, "ephemeral-storage"))
+
+
+def _size_container(container: Container, template: PodTemplate, settings: Settings, memory_factor: float,
+                    share: Share | None = None) -> bool:
     if template.has_pod_resources:
         return False  # the pod's own budget (see the module docstring)
     if container.gpu_count:
-        size = container.companion_size()
+        size = _capped(container.companion_size(), container, share)
         cpu, memory, disk = size.cpu, size.memory, size.ephemeral_storage
     else:
         flat = settings.non_gpu
@@ -120,10 +187,26 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
         return False
     changed = False
     memory_factor = settings.memory_limit_factor.get(view.workload_class, 1.0)
+    sources: list[str] = []
     for template in view.templates:
+        share = _node_share(template, view.inventory, settings.node_reserve) if template.gpus_per_pod else None
+        sized = False
         for container in template.containers:
-            changed |= _size_container(container, template, settings, memory_factor)
+            sized |= _size_container(container, template, settings, memory_factor, share)
+        if sized and share is not None:
+            sources.append(f"{template.ref.role or 'pod'}: {share[1].describe()}")
+        changed |= sized
+    if sources:
+        _record(view, "; ".join(dict.fromkeys(sources)))
     return changed
+
+
+def _record(view: WorkloadView, text: str) -> None:
+    """Say which node group the devices' share came from (the mutation record)."""
+    meta = child_dict(view.obj, "metadata")
+    annotations = child_dict(meta, "annotations") if meta is not None else None
+    if annotations is not None:
+        annotations[SIZED_FROM_ANNOTATION] = text
 
 
 def cpu_scope(settings: Settings) -> CpuScope:
@@ -136,9 +219,11 @@ POLICY = MutatingPolicy(
     title="Size CPU, memory and ephemeral storage per accelerator",
     settings_model=Settings,
     run=mutate,
-    description="Adds missing CPU, memory and ephemeral-storage requests and limits: for accelerator containers by "
-    "each accelerator profile's sizing, per device (whole NVIDIA GPU 8 CPU, 64Gi, 50Gi; TPU chip 20 CPU, 40Gi), per "
-    "slice as a fraction of its parent (MIG `1g` = 1/7, HAMi vGPU by its cores) or none; flat for the others; memory "
+    description="Adds missing CPU, memory and ephemeral-storage requests and limits: for accelerator containers, "
+    "with a node inventory each device's share of the smallest eligible node group less `nodeReserve`, capped by the "
+    "profile (the group is named in `gpuguard.io/sized-from`); otherwise by each accelerator profile's sizing, per "
+    "device (whole NVIDIA GPU 8 CPU, 64Gi, 50Gi; TPU chip 20 CPU, 40Gi), per slice as a fraction of its parent "
+    "(MIG `1g` = 1/7, HAMi vGPU by its cores) or none; flat for the others; memory "
     "limit = request; never lowers a value the user set, and adds nothing to a pod with pod-level `spec.resources` "
     "(its budget).",
     rationale="A GPU pod with only a GPU limit is BestEffort: evicted first under memory pressure and "

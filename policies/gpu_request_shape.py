@@ -4,7 +4,8 @@ Extended resources are whole numbers that can't be overcommitted: a request must
 its limit.  The apiserver checks that when a Pod is created, not when a PyTorchJob or
 JobSet is, so a bad template in a custom resource only fails later, pod by pod, while the
 other pods hold GPUs.  A pod asking for more of an accelerator than its profile's
-``maxPerNode`` (or a workload over the configured total) pends forever.  Counts follow the
+``maxPerNode`` (with a node inventory: than the largest node that has it) or a workload over the
+configured total pends forever.  Counts follow the
 kubelet: native sidecars (init containers with ``restartPolicy: Always``) add to the app
 containers, regular init containers are maxed, and DRA claims count their devices.  A claim
 gpuguard cannot resolve is a warning, never a silent zero.
@@ -13,11 +14,14 @@ gpuguard cannot resolve is a warning, never a silent zero.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from decimal import Decimal
 
 from pydantic import Field
 
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads import quantity
+from gpuguard.workloads.accelerators import Profile
+from gpuguard.workloads.inventory import Inventory
 from gpuguard.workloads.paths import dotted
 from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
 
@@ -57,15 +61,28 @@ def _container_findings(view: WorkloadView, container: Container) -> Iterator[Fi
                           container.name)
 
 
-def _node_caps(template: PodTemplate) -> Iterator[Finding]:
-    for profile in template.profiles:
+def _cap(template: PodTemplate, profile: Profile, names: list[str], inventory: Inventory) -> tuple[int | None, str]:
+    """The most one node holds of ``names``: the inventory's largest eligible node, else the profile's maxPerNode."""
+    if not inventory.known:
         cap = profile.max_per_node
+        return cap, f"a node has at most {cap} ({profile.name} profile)"
+    groups = inventory.eligible(n for n in names if "/" in n)
+    if not groups or any(not g.shape_known for g in groups):
+        return None, ""  # nothing offers it (schedulable says so), or a pool of unknown shape may
+    big = max(groups, key=lambda g: sum((g.amount(n) or 0 for n in names), Decimal(0)))
+    cap = int(sum((big.amount(n) or 0 for n in names), Decimal(0)))
+    return cap, f"the largest eligible node has {cap} ({big.describe()})"
+
+
+def _node_caps(template: PodTemplate, inventory: Inventory) -> Iterator[Finding]:
+    for profile in template.profiles:
         per_pod = template.per_profile.get(profile.name, 0)
+        names = sorted(n for n, p in template.profile_of.items() if p.name == profile.name
+                       and n in template.effective_gpus)
+        cap, where = _cap(template, profile, names, inventory)
         if cap is not None and per_pod > cap:
-            names = ", ".join(sorted(n for n, p in template.profile_of.items() if p.name == profile.name
-                                     and n in template.effective_gpus))
-            yield Finding(template.spec_path, f"a pod asks for {per_pod} {names} (counting sidecars and DRA claims) "
-                          f"but a node has at most {cap} ({profile.name} profile): it would pend forever",
+            yield Finding(template.spec_path, f"a pod asks for {per_pod} {', '.join(names)} (counting sidecars and "
+                          f"DRA claims) but {where}: it would pend forever",
                           f"use at most {cap} per pod and add workers instead")
 
 
@@ -77,7 +94,7 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     for template in view.gpu_templates:
         for container in template.gpu_containers:
             yield from _container_findings(view, container)
-        yield from _node_caps(template)
+        yield from _node_caps(template, view.inventory)
         for name, limit_text in (("cpu", settings.max_cpu_per_node), ("memory", settings.max_memory_per_node)):
             limit = quantity.parse(limit_text)
             if limit is None:
@@ -105,8 +122,9 @@ POLICY = ValidatingPolicy(
     settings_model=Settings,
     run=validate,
     description="Whole units, requests equal to limits (caught on CRDs too, where the apiserver does not check), at "
-    "most the profile's `maxPerNode` per pod (NVIDIA 8, Neuron 16, TPU 8; native sidecars and DRA claims counted as "
-    "the kubelet does) and a total per workload (64), optionally node CPU/memory; warns about DRA claims it cannot "
+    "most the largest eligible node's devices per pod with a node inventory, else the profile's `maxPerNode` "
+    "(NVIDIA 8, Neuron 16, TPU 8; native sidecars and DRA claims counted as the kubelet does) and a total per "
+    "workload (64), optionally node CPU/memory; warns about DRA claims it cannot "
     "resolve.",
     rationale="A request no node can satisfy pends forever; a bad template in a PyTorchJob fails pod by pod "
     "while the pods that did start hold GPUs idle.",

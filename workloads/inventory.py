@@ -93,8 +93,8 @@ class NodeGroup:
 
     def amount(self, resource: str) -> Decimal | None:
         """Allocatable ``resource`` on the group's largest node; ``None``: not known."""
-        if not self.shape_known:
-            return None
+        if not self.shape_known or (resource in NODE_RESOURCES and resource not in self.allocatable):
+            return None  # a node that does not report its disk (or CPU, memory) is not "zero"
         return self.allocatable.get(resource, Decimal(0))
 
     @property
@@ -255,10 +255,16 @@ def _allocatable(node: Mapping[str, Any]) -> dict[str, Decimal]:
     return out
 
 
+# Taints the node controllers set for a passing condition (not ready, unreachable, memory pressure,
+# not yet initialised): "busy now", never a reason a pod can't ever land there.
+_CONDITION_TAINTS = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+
+
 def _taints(raw: Any) -> tuple[Taint, ...]:
     out = []
     for t in raw if isinstance(raw, list) else ():
-        if isinstance(t, dict) and isinstance(t.get("key"), str) and t.get("effect"):
+        if isinstance(t, dict) and isinstance(t.get("key"), str) and t.get("effect") \
+                and not t["key"].startswith(_CONDITION_TAINTS):
             out.append(Taint(t["key"], str(t.get("value") or ""), str(t["effect"])))
     return tuple(sorted(out, key=lambda t: (t.key, t.value, t.effect)))
 

@@ -61,17 +61,29 @@ def _watchers(server: ServerState, settings: ServeSettings) -> list[filewatch.Wa
     return watchers
 
 
+def _start_watches(server: ServerState, settings: ServeSettings) -> None:
+    """The cluster caches the engine reads: DRA claims (``--dra-claims``), the node inventory (``--node-inventory``)."""
+    if not (settings.dra_claims or settings.node_inventory):
+        return
+    from gpuguard.kubeapi.client import connect
+
+    if settings.dra_claims:
+        from gpuguard.webhook.server.claimwatch import start_shared_watch
+
+        start_shared_watch(connect(settings.kubeconfig).api)
+    if settings.node_inventory:
+        from gpuguard.webhook.server.nodewatch import start_node_watch
+
+        server.nodes = start_node_watch(connect(settings.kubeconfig).api, server.apply_nodes)
+
+
 def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI:
     """The ASGI app for one process; loads the config unless the caller already did."""
     server = ServerState(settings, active or build_active(settings.config_path))
     protocol.configure(settings.read_timeout, settings.max_connections)
     if settings.namespace_labels:
         server.namespaces = NamespaceLabels.from_kubeconfig(settings.kubeconfig)
-    if settings.dra_claims:
-        from gpuguard.kubeapi.client import connect
-        from gpuguard.webhook.server.claimwatch import start_shared_watch
-
-        start_shared_watch(connect(settings.kubeconfig).api)
+    _start_watches(server, settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -97,7 +97,7 @@ def _check_kube_credentials(kubeconfig: str | None) -> None:
     try:
         NamespaceLabels.from_kubeconfig(kubeconfig)
     except KubeConfigError as exc:
-        raise StartupError(f"--namespace-labels/--dra-claims: {exc}") from None
+        raise StartupError(f"--namespace-labels/--dra-claims/--node-inventory: {exc}") from None
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -142,7 +142,7 @@ def run_serve(args: argparse.Namespace) -> int:
         _check_numbers(args)
         cert, key = _tls_paths(args)
         active = _load(args.config)
-        if args.namespace_labels or args.dra_claims:
+        if args.namespace_labels or args.dra_claims or args.node_inventory:
             _check_kube_credentials(args.kubeconfig)
         sock = _bind(args.host, args.port)
     except StartupError as exc:
@@ -155,7 +155,7 @@ def run_serve(args: argparse.Namespace) -> int:
         shutdown_timeout=args.shutdown_timeout, keep_alive_timeout=args.keep_alive_timeout,
         read_timeout=args.read_timeout, max_connections=args.max_connections,
         log_level=args.log_level, namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
-        dra_claims=args.dra_claims,
+        dra_claims=args.dra_claims, node_inventory=args.node_inventory,
     )
     common: dict[str, Any] = {
         "host": settings.host, "port": settings.port,
@@ -225,6 +225,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--dra-claims", action="store_true",
                         help="watch DRA ResourceClaimTemplates/ResourceClaims (cached) to count the devices pods "
                              "claim; needs list and watch on them")
+    parser.add_argument("--node-inventory", action="store_true",
+                        help="watch Nodes (cached, summarised when they change): node affinity, sizing and the "
+                             "schedulable policy follow the cluster's nodes (docs/inventory.md); needs list and "
+                             "watch on nodes")
     parser.add_argument("--kubeconfig", metavar="FILE",
                         help="for --namespace-labels, --dra-claims, kubectl scale checks and TrainJob runtimes "
                              "(default: $KUBECONFIG, in-cluster, then ~/.kube/config)")

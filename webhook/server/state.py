@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from gpuguard.webhook.config import Config
     from gpuguard.webhook.engine.core import Engine
     from gpuguard.webhook.server.envelope import AdmissionRequest
+    from gpuguard.webhook.server.nodewatch import NodeWatch
+    from gpuguard.workloads.inventory import Inventory
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class ServeSettings:
     namespace_labels: bool = False  # look namespace labels up in the API (profiles may select by label)
     kubeconfig: str | None = None
     dra_claims: bool = False  # watch DRA claim templates and claims to count the devices pods claim
+    node_inventory: bool = False  # watch Nodes: the inventory behind affinity, sizing and schedulable
 
     def to_json(self) -> str:
         return orjson.dumps(dataclasses.asdict(self)).decode()
@@ -83,6 +86,7 @@ class ServerState:
         self.active = active
         self.tls: tls.TlsState | None = None
         self.namespaces: NamespaceLabels | None = None
+        self.nodes: NodeWatch | None = None  # --node-inventory: the engine's node groups follow it
         self.workloads = scale.WorkloadReader(settings.kubeconfig)  # what a `kubectl scale` scales
         self.objects = ApiLookup(settings.kubeconfig)  # TrainJob runtimes, read before the engine
 
@@ -90,6 +94,10 @@ class ServerState:
         if self.namespaces is None or not profiles_use_labels(self.active.config):
             return {}
         return await self.namespaces.get(req.namespace)
+
+    def apply_nodes(self, nodes: Inventory) -> None:
+        """The node watch's new summary: the engine in force decides with it from the next review on."""
+        self.active.engine.set_nodes(nodes)
 
     def max_body_bytes(self) -> int:
         if self.settings.max_body_bytes:
@@ -125,6 +133,8 @@ class ServerState:
             log.error("config not reloaded; the previous config stays in force",
                       extra=logs.exception_summary(exc))
             return
+        if self.nodes is not None:
+            active.engine.set_nodes(self.nodes.inventory)  # a new config keeps the cluster's nodes
         self.active = active
         metrics.CONFIG_RELOADS.labels(result="success").inc()
         log.info("config reloaded", extra={"config": self.settings.config_path})

@@ -102,7 +102,7 @@ def test_deployment_shape() -> None:
     assert container["args"] == ["serve", "--config", "/etc/gpuguard/config.yaml",
                                  "--tls-cert", "/etc/gpuguard/tls/tls.crt",
                                  "--tls-key", "/etc/gpuguard/tls/tls.key", "--port", "8443",
-                                 "--namespace-labels", "--dra-claims"]
+                                 "--namespace-labels", "--dra-claims", "--node-inventory"]
     assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
     assert set(container["resources"]["requests"]) == {"cpu", "memory"}
     assert set(container["resources"]["limits"]) == {"cpu", "memory"}
@@ -180,6 +180,7 @@ def test_rbac_is_least_privilege() -> None:
     rules = [r for r in role["rules"] if r["verbs"] != ["get"]]
     assert sorted(rules, key=lambda r: r["apiGroups"]) == [
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},  # the node inventory
         {"apiGroups": ["admissionregistration.k8s.io"],
          "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
          "resourceNames": ["gpuguard"], "verbs": ["get", "patch"]},

@@ -1,0 +1,123 @@
+"""The webhook's cached watch of Nodes: the node inventory every engine of the process decides with.
+
+``gpuguard serve --node-inventory`` starts one per process.  A daemon thread lists the Nodes, then
+watches from the list's resourceVersion, and re-lists after an error or an expired watch (410)
+with a capped back-off.  It keeps only what the inventory reads of each node (labels, taints,
+allocatable, whether it is cordoned) and, when nodes change, summarises them into groups
+(``gpuguard.workloads.inventory``) at most every ``settle_seconds`` and hands the result to
+``on_change``: reviews never wait for it and never summarise anything, whatever the cluster's size.
+RBAC: ``list`` and ``watch`` on nodes (``deploy/base/rbac.yaml``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpuguard.kubeapi.client import core_v1, watcher
+from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory, from_objects
+
+log = logging.getLogger("gpuguard.nodes")
+
+
+def _slim(node: dict) -> dict:
+    """The parts of a Node the inventory reads (a node object is ~10 KB; this is a few hundred bytes)."""
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": meta.get("name"), "labels": dict(meta.get("labels") or {})},
+            "spec": {"taints": list(spec.get("taints") or []), "unschedulable": bool(spec.get("unschedulable"))},
+            "status": {"allocatable": dict(status.get("allocatable") or {})}}
+
+
+class NodeWatch:
+    """A cached list+watch of Nodes, summarised into an inventory when they change."""
+
+    def __init__(self, api_client: Any, on_change: Callable[[Inventory], None], settle_seconds: float = 0.5):
+        self._api_client = api_client
+        self._on_change = on_change
+        self._settle = settle_seconds
+        self._nodes: dict[str, dict] = {}
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self.synced = False
+        self.error: str | None = None
+        self.inventory: Inventory = EMPTY_INVENTORY
+
+    def start(self) -> NodeWatch:
+        for target, name in ((self._run, "gpuguard-watch-nodes"), (self._summarise_loop, "gpuguard-inventory")):
+            threading.Thread(target=target, daemon=True, name=name).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._dirty.set()
+
+    def _summarise_loop(self) -> None:
+        while not self._stop.is_set():
+            self._dirty.wait()
+            if self._stop.is_set():
+                return
+            self._stop.wait(self._settle)  # a burst of node events becomes one summary
+            self._dirty.clear()
+            self.summarise()
+
+    def summarise(self) -> Inventory:
+        """Summarise the cached nodes now and hand the inventory on."""
+        inventory = from_objects(list(self._nodes.values()))
+        self.inventory = inventory
+        try:
+            self._on_change(inventory)
+        except Exception as exc:  # noqa: BLE001 - a failing consumer must not stop the watch
+            log.error("applying the node inventory failed: %s: %s", type(exc).__name__, exc)
+        return inventory
+
+    def _run(self) -> None:
+        api = core_v1(self._api_client)
+        serialise = self._api_client.sanitize_for_serialization
+        delay = 1.0
+        while not self._stop.is_set():
+            try:
+                listing = api.list_node()
+                self._nodes = {n["metadata"]["name"]: _slim(n) for n in
+                               (serialise(item) for item in listing.items or [])}
+                self.synced, self.error, delay = True, None, 1.0
+                self._dirty.set()
+                stream = watcher().stream(api.list_node, resource_version=listing.metadata.resource_version,
+                                          timeout_seconds=300)
+                for event in stream:
+                    if self._stop.is_set():
+                        return
+                    raw = event.get("object")
+                    if event.get("type") == "ERROR" or raw is None:
+                        break  # e.g. 410 Gone: list again
+                    node = serialise(raw) if not isinstance(raw, dict) else raw
+                    name = (node.get("metadata") or {}).get("name")
+                    if not name:
+                        continue
+                    if event.get("type") == "DELETED":
+                        self._nodes.pop(name, None)
+                    else:
+                        self._nodes[name] = _slim(node)
+                    self._dirty.set()
+            except Exception as exc:  # noqa: BLE001 - keep watching; the last inventory stays in force
+                self.error = f"nodes: {type(exc).__name__}"
+                log.warning("watching nodes failed (%s); retrying in %.0f s", type(exc).__name__, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 60.0)
+
+
+def start_node_watch(api_client: Any, on_change: Callable[[Inventory], None],
+                     wait_seconds: float = 10.0) -> NodeWatch:
+    """Start the process's node watch and wait (bounded) for its first listing to be summarised."""
+    watch = NodeWatch(api_client, on_change).start()
+    deadline = time.monotonic() + wait_seconds
+    while not watch.synced and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if watch.synced:
+        watch.summarise()
+    return watch
