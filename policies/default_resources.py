@@ -119,6 +119,13 @@ def _node_share(template: PodTemplate, inventory: Inventory, reserve: Size) -> S
     resources = sorted(r for r in template.effective_gpus if "/" in r)
     if not resources or not inventory.known:
         return None
+    key = ("share", tuple((r, template.effective_gpus[r]) for r in resources), repr(template.spec.get("nodeSelector")),
+           repr(template.spec.get("tolerations")), reserve.cpu, reserve.memory, reserve.ephemeral_storage)
+    share: Share | None = inventory.memo(key, lambda: _compute_share(template, inventory, reserve, resources))
+    return share
+
+
+def _compute_share(template: PodTemplate, inventory: Inventory, reserve: Size, resources: list[str]) -> Share | None:
     # groups whose nodes can hold the pod's devices at all (the others are schedulable's to report)
     groups = [g for g in inventory.eligible(resources) if g.shape_known
               and all(g.smallest.get(r, Decimal(0)) >= template.effective_gpus[r] for r in resources)]

@@ -117,13 +117,18 @@ def _from_inventory(template: PodTemplate, inventory: Inventory, hints: list[str
         return False
     node_selector = template.spec.get("nodeSelector")
     terms = _required_terms(template)
-    eligible = {id(g) for g in inventory.eligible(resources)}
-    matched = [g for g in inventory.groups if g.matches(node_selector if isinstance(node_selector, dict) else None,
-                                                         terms)]
-    if all(id(g) in eligible for g in matched):
+    key = ("affinity", tuple(resources), repr(node_selector), repr(terms))
+    if inventory.memo(key, lambda: _kept_on_eligible(inventory, resources, node_selector, terms)):
         return False  # the pod's own selection already keeps it on nodes with its accelerator (or on none)
     expression = inventory.selection_for(resources, hints)
     return expression is not None and _add_to_every_term(template, expression)
+
+
+def _kept_on_eligible(inventory: Inventory, resources: list[str], node_selector: object, terms: list | None) -> bool:
+    """Whether every node group the pod's own selection may land on offers its accelerators."""
+    eligible = {id(g) for g in inventory.eligible(resources)}
+    selector = node_selector if isinstance(node_selector, dict) else None
+    return all(id(g) in eligible for g in inventory.groups if g.matches(selector, terms))
 
 
 def _from_profiles(template: PodTemplate, hints: list[str]) -> bool:
@@ -158,7 +163,8 @@ def _prefer_expression(template: PodTemplate, expression: dict, weight: int) -> 
 
 def mutate(view: WorkloadView, settings: Settings) -> bool:
     changed = False
-    hints = _hints(view)
+    hints = view.inventory.memo(("hints", id(view.accelerators)), lambda: _hints(view)) if view.inventory.known \
+        else _hints(view)
     for template in view.templates:
         if template.gpus_per_pod:
             if view.inventory.known:

@@ -66,6 +66,11 @@ def _cap(template: PodTemplate, profile: Profile, names: list[str], inventory: I
     if not inventory.known:
         cap = profile.max_per_node
         return cap, f"a node has at most {cap} ({profile.name} profile)"
+    found: tuple[int | None, str] = inventory.memo(("cap", tuple(names)), lambda: _largest(inventory, names))
+    return found
+
+
+def _largest(inventory: Inventory, names: list[str]) -> tuple[int | None, str]:
     groups = inventory.eligible(n for n in names if "/" in n)
     if not groups or any(not g.shape_known for g in groups):
         return None, ""  # nothing offers it (schedulable says so), or a pool of unknown shape may

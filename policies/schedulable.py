@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
+from functools import partial
 
 from pydantic import Field
 
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads.inventory import NODE_RESOURCES, Inventory, NodeGroup
+from gpuguard.workloads.kinds import POD_CONTAINER_LISTS
 from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 
@@ -136,6 +138,20 @@ def _judge_pod(template: PodTemplate, inventory: Inventory) -> Finding | None:
     return None
 
 
+def _shape_key(template: PodTemplate) -> str:
+    """Everything ``_judge_pod`` reads of a pod, as text (cheaper than reading the quantities)."""
+    spec = template.spec
+    if template.adapted or template.ref.container_keys or template.ref.container_lists != POD_CONTAINER_LISTS:
+        return repr((spec, sorted(template.effective_gpus.items())))  # containers not in the usual lists
+    parts = [spec.get(k) for k in ("nodeSelector", "affinity", "tolerations", "resources")]
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        parts.append([(c.get("resources"), c.get("restartPolicy")) if isinstance(c, dict) else c
+                      for c in items] if isinstance(items, list) else items)
+    parts.append(sorted(template.effective_gpus.items()))
+    return repr(parts)
+
+
 def _gang(view: WorkloadView, inventory: Inventory) -> Iterator[Finding]:
     for resource, total in sorted(view.gpus_by_resource().items()):
         if "/" not in resource:
@@ -155,7 +171,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     if not inventory.known:
         return
     for template in view.gpu_templates:
-        finding = _judge_pod(template, inventory)
+        # the same shape is judged once per inventory summary: the key is everything _judge_pod reads
+        key = ("schedulable", template.spec_path, _shape_key(template))
+        finding: Finding | None = inventory.memo(key, partial(_judge_pod, template, inventory))
         if finding is not None:
             yield finding
     if settings.check_gangs and view.kind.gang is not None and view.pod_count() > 1:

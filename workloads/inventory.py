@@ -19,7 +19,7 @@ type's well-known labels), so a selector on an unlisted key may still match it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -160,12 +160,13 @@ class Inventory:
     nodes: int = 0
     notes: tuple[str, ...] = field(default=())
     # selection_for answers per (resources, hints): reviews ask the same few questions again and again.
-    _selections: dict[tuple, dict[str, Any] | None] = field(default_factory=dict, compare=False, repr=False)
+    _selections: dict[tuple, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def known(self) -> bool:
         """Whether it knows any accelerator node or pool; else the profiles' picture is the fallback."""
-        return any(g.accelerators or not g.shape_known for g in self.groups)
+        known: bool = self.memo(("known",), lambda: any(g.accelerators or not g.shape_known for g in self.groups))
+        return known
 
     def offering(self, resource: str) -> list[NodeGroup]:
         return [g for g in self.groups if g.offers(resource)]
@@ -178,8 +179,19 @@ class Inventory:
 
     def eligible(self, resources: Iterable[str]) -> list[NodeGroup]:
         """Groups and pools that offer every one of ``resources`` (extended resource names)."""
-        wanted = [r for r in resources if "/" in r]
-        return [g for g in self.groups if all(g.offers(r) for r in wanted)]
+        wanted = tuple(r for r in resources if "/" in r)
+        return list(self.memo(("eligible", wanted),
+                              lambda: tuple(g for g in self.groups if all(g.offers(r) for r in wanted))))
+
+    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """A value derived from the summary alone, computed once per summary (reviews ask the same few
+        questions again and again); bounded, so odd keys cannot grow it without limit."""
+        cache = self._selections
+        if key not in cache:
+            if len(cache) > 1024:
+                cache.clear()
+            cache[key] = compute()
+        return cache[key]
 
     def selection_for(self, resources: Iterable[str], hints: Iterable[str] = ()) -> dict[str, Any] | None:
         """The node-affinity expression true of every node and pool offering ``resources`` and of no other.
@@ -190,12 +202,7 @@ class Inventory:
         resource request alone then keeps the pod on the right nodes.
         """
         resources, hints = tuple(resources), tuple(hints)
-        cache_key = (resources, hints)
-        if cache_key not in self._selections:
-            if len(self._selections) > 1024:
-                self._selections.clear()
-            self._selections[cache_key] = self._learn(resources, hints)
-        return self._selections[cache_key]
+        return self.memo(("selection", resources, hints), lambda: self._learn(resources, hints))
 
     def _learn(self, resources: tuple[str, ...], hints: tuple[str, ...]) -> dict[str, Any] | None:
         eligible = self.eligible(resources)
