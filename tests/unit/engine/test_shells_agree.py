@@ -57,8 +57,8 @@ def _bad_quantity_job(value: Any) -> dict:
                 "name": "trainer", "image": "trainer:1", "resources": {"limits": {"nvidia.com/gpu": value}}}]}}}}
 
 
-def _cases() -> list[tuple[str, Path | None, list[dict], list[dict]]]:
-    """(id, config file or None for the default, the input object(s), objects it may name)."""
+def _cases() -> list[tuple[str, Path | None, list[dict], list[dict], Path | None]]:
+    """(id, config file or None for the default, the input object(s), objects it may name, its nodes.yaml)."""
     cases = []
     for input_file in sorted(FIXTURES.rglob(suite.INPUT)):
         folder = input_file.parent
@@ -67,9 +67,10 @@ def _cases() -> list[tuple[str, Path | None, list[dict], list[dict]]]:
         objects_file = folder / suite.OBJECTS
         objects = list(yaml.safe_load_all(objects_file.read_text())) if objects_file.is_file() else []
         docs = [d for d in yaml.safe_load_all(input_file.read_text()) if isinstance(d, dict)]
-        cases.append((str(folder.relative_to(FIXTURES)), config, docs[:1], objects))
+        nodes = folder / suite.NODES
+        cases.append((str(folder.relative_to(FIXTURES)), config, docs[:1], objects, nodes if nodes.is_file() else None))
     for value in ("1e800000", "NaN", "8Ei"):
-        cases.append((f"invalid-quantity-{value}", None, [_bad_quantity_job(value)], []))
+        cases.append((f"invalid-quantity-{value}", None, [_bad_quantity_job(value)], [], None))
     return cases
 
 
@@ -101,32 +102,33 @@ def _manifest(tmp_path: Path, obj: dict, objects: list[dict]) -> Path:
     return path
 
 
-def _config_args(config: Path | None) -> list[str]:
-    return ["--config", str(config)] if config else []
+def _config_args(config: Path | None, nodes: Path | None = None) -> list[str]:
+    return (["--config", str(config)] if config else []) + (["--nodes", str(nodes)] if nodes else [])
 
 
-def by_engine(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
-    decision = Engine(load_config(config)).evaluate(obj, RequestContext(namespace=NAMESPACE,
-                                                                        read_object=StaticLookup(objects)))
+def by_engine(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path, nodes: Path | None) -> Answer:
+    engine = Engine(load_config(config), nodes=suite.read_nodes(str(nodes)) if nodes else None)
+    decision = engine.evaluate(obj, RequestContext(namespace=NAMESPACE, read_object=StaticLookup(objects)))
     return Answer(decision.allowed, tuple(sorted(v.policy for v in decision.denials)),
                   tuple(sorted(v.policy for v in decision.warnings)), decision.mutated)
 
 
-def by_evaluate(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
+def by_evaluate(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path,
+                nodes: Path | None) -> Answer:
     _, out, err = _run_cli("evaluate", str(_manifest(tmp_path, obj, objects)), "--format", "json",
-                           *_config_args(config))
+                           *_config_args(config, nodes))
     data = orjson.loads(out)
     entries = data["results"] if isinstance(data, dict) else data
     return _from_entry(entries[0], obj)
 
 
-def by_audit(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
+def by_audit(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path, nodes: Path | None) -> Answer:
     _, out, _ = _run_cli("audit", str(_manifest(tmp_path, obj, objects)), "--format", "json", "--fail-on", "never",
-                         *_config_args(config))
+                         *_config_args(config, nodes))
     return _from_entry(orjson.loads(out)["results"][0], obj)
 
 
-def by_test(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
+def by_test(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path, nodes: Path | None) -> Answer:
     case_dir = tmp_path / "suite" / "case"
     case_dir.mkdir(parents=True)
     (case_dir / suite.INPUT).write_text(yaml.safe_dump(obj, sort_keys=False))
@@ -135,6 +137,8 @@ def by_test(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path)
         (case_dir / suite.OBJECTS).write_text(yaml.safe_dump_all(objects, sort_keys=False))
     if config:
         (case_dir / suite.CONFIG).write_text(config.read_text())
+    if nodes:
+        (case_dir / suite.NODES).write_text(nodes.read_text())
     (case,) = suite.discover([case_dir])
     decision = suite.run_case(case).decision
     assert decision is not None
@@ -142,10 +146,10 @@ def by_test(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path)
                   tuple(sorted(v.policy for v in decision.warnings)), decision.mutated)
 
 
-def by_fix(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
+def by_fix(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path, nodes: Path | None) -> Answer:
     path = tmp_path / "fix.yaml"
     path.write_text(yaml.safe_dump_all([obj, *objects], sort_keys=False))
-    code, out, err = _run_cli("fix", str(path), "--stdout", *_config_args(config))
+    code, out, err = _run_cli("fix", str(path), "--stdout", *_config_args(config, nodes))
     assert code in (0, 1), err
     denied = tuple(sorted(set(re.findall(r"\[([a-z][a-z0-9-]*)\]", err)))) if code == 1 else ()
     return Answer(code == 0, denied, (), next(yaml.safe_load_all(out)))
@@ -185,9 +189,11 @@ class _ObjectsApi:
         raise LookupError(name)
 
 
-def by_webhook(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path) -> Answer:
+def by_webhook(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path, nodes: Path | None) -> Answer:
     client = AsgiClient(make_app(config.read_text() if config else None))
     client.app.state.server.objects = ApiLookup(api=_ObjectsApi(objects))
+    if nodes:  # what the server's node watch hands the engine (webhook/server/nodewatch.py)
+        client.app.state.server.apply_nodes(suite.read_nodes(str(nodes)))
     try:
         _, mutated_review = client.post_json("/mutate", review(obj))
         response = mutated_review["response"]
@@ -206,17 +212,18 @@ def by_webhook(config: Path | None, obj: dict, objects: list[dict], tmp_path: Pa
 SHELLS = {"webhook": by_webhook, "evaluate": by_evaluate, "audit": by_audit, "test": by_test}
 
 
-@pytest.mark.parametrize(("case_id", "config", "docs", "objects"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("case_id", "config", "docs", "objects", "nodes"), CASES, ids=[c[0] for c in CASES])
 def test_every_shell_reaches_the_engines_decision(case_id: str, config: Path | None, docs: list[dict],
-                                                  objects: list[dict], tmp_path: Path) -> None:
+                                                  objects: list[dict], nodes: Path | None, tmp_path: Path) -> None:
+    """With a case's nodes.yaml: the webhook's node watch, ``--nodes`` and the test case's nodes agree."""
     obj = _in_namespace(docs[0])
-    expected = by_engine(config, obj, objects, tmp_path)
+    expected = by_engine(config, obj, objects, tmp_path, nodes)
     for name, shell in SHELLS.items():
         shell_dir = tmp_path / name
         shell_dir.mkdir()
-        got = shell(config, copy.deepcopy(obj), objects, shell_dir)
+        got = shell(config, copy.deepcopy(obj), objects, shell_dir, nodes)
         assert got == expected, f"{name} differs from the engine on {case_id}"
-    fixed = by_fix(config, copy.deepcopy(obj), objects, tmp_path)
+    fixed = by_fix(config, copy.deepcopy(obj), objects, tmp_path, nodes)
     assert (fixed.allowed, fixed.mutated) == (expected.allowed, _without_mutated_by(expected.mutated)), \
         f"fix differs on {case_id}"
     if not expected.allowed:
