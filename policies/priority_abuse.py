@@ -3,7 +3,9 @@
 The inference class preempts: a training job or notebook that borrows it evicts serving
 pods (and other teams' training) to get its GPUs.  Checked on every place a kind keeps a
 priority class: pod templates and the kind's ``priority_class_paths`` (Kubeflow
-``runPolicy.schedulingPolicy.priorityClass``, Volcano ``spec.priorityClassName``).
+``runPolicy.schedulingPolicy.priorityClass``, Volcano ``spec.priorityClassName``).  The class is
+the engine's (``effective_class``): an inference-by-kind workload in a namespace that does not
+grant inference is training here too.  A DaemonSet may never use a reserved class.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, Finding, PolicySettings, ValidatingPolicy
 from gpuguard.workloads.paths import get_path
-from gpuguard.workloads.view import WorkloadView
+from gpuguard.workloads.view import NEVER_PREEMPTING_KINDS, WorkloadView
 
 
 class Settings(PolicySettings):
@@ -37,7 +39,11 @@ def _uses(view: WorkloadView) -> Iterator[tuple[tuple, str]]:
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     for path, name in _uses(view):
         allowed = settings.reserved.get(name)
-        if allowed is not None and view.workload_class not in allowed:
+        if allowed is not None and view.kind.kind in NEVER_PREEMPTING_KINDS:
+            yield Finding(path, f"a {view.kind.kind} uses priority class {name}, reserved for {' and '.join(allowed)}: "
+                          "it would preempt pods on every node it runs on",
+                          "remove priorityClassName (gpuguard sets a non-preempting class)")
+        elif allowed is not None and view.workload_class not in allowed:
             yield Finding(path, f"{view.workload_class} workload uses priority class {name}, reserved for "
                           f"{' and '.join(allowed)}: it would preempt serving pods",
                           "remove priorityClassName (gpuguard sets the class for its workload class) or use "

@@ -1,6 +1,8 @@
 """priority-class: a priorityClassName by workload class, where the user set none.
 
-Inference serves users and should preempt; training queues; notebooks yield.  On a bare
+Inference serves users and should preempt; training queues; notebooks yield.  Which class a
+workload has is the engine's decision (``effective_class``: the preempting inference class only
+where the namespace's profile grants it); a DaemonSet never gets a preempting class.  On a bare
 Pod the apiserver's Priority plugin has already set ``spec.priority`` (from the global
 default) before the webhook runs, and it re-runs after a webhook mutates and refuses a
 Pod whose ``spec.priority`` disagrees with its class, so the stale value is dropped.  The
@@ -15,7 +17,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
-from gpuguard.workloads.view import WorkloadView
+from gpuguard.workloads.view import NEVER_PREEMPTING_KINDS, UNPRIVILEGED_CLASS, WorkloadView
 
 
 class Settings(PolicySettings):
@@ -30,7 +32,10 @@ class Settings(PolicySettings):
 def mutate(view: WorkloadView, settings: Settings) -> bool:
     if settings.gpu_only and not view.is_gpu:
         return False
-    name = settings.classes.get(view.workload_class)
+    # A DaemonSet runs a pod on every matching node: a preempting class would evict whatever runs
+    # there, so it gets the non-preempting class whatever its workload class.
+    workload_class = UNPRIVILEGED_CLASS if view.kind.kind in NEVER_PREEMPTING_KINDS else view.workload_class
+    name = settings.classes.get(workload_class)
     if not name:
         return False
     changed = False

@@ -1,4 +1,4 @@
-"""workload-class: users may say what their workload is, but not buy a higher priority by saying it.
+"""workload-class: users may say what their workload is, but privilege comes only from the namespace.
 
 The kind gives a default class (a RayJob is training, a RayCluster serving), and the kind is
 often wrong: a RayJob that runs batch inference needs no checkpoints, an RL post-training
@@ -6,13 +6,15 @@ RayCluster is training.  So a user may declare the class with the label
 ``gpuguard.io/workload-class`` (training, inference, batch-inference, notebook, smoke-test) and
 gets that class's checks and defaults.
 
-What a declaration must not do is escalate: the class also chooses the priority class
-(``priority-class``), and the inference class preempts other teams' pods.  The rule: a
-declaration is accepted when its class ranks no higher than the class the kind gives
-(``rank``: inference above training, batch-inference and smoke-test, above notebook), or when
-the namespace's profile lists it in ``allowEscalationTo`` (a serving team's namespace may let a
-RayCluster or a Job declare ``inference``).  Anything else is denied with the way out, so a user
-can correct a wrong class without an admin, and cannot get preemption by a label.
+Two classes carry privilege (``PRIVILEGED_CLASSES`` in ``gpuguard.workloads.view``): inference
+preempts other teams' pods (``priority-class``) and, like notebook, skips the checkpoint and
+deadline checks.  Neither a kind nor a label gives one: the namespace's profile must grant it in
+``allowEscalationTo`` (a serving team's namespace grants ``inference``, a notebook namespace
+``notebook``).  The engine decides the class once (``effective_class``); this policy says so: a
+declaration of a class the namespace does not grant is denied with the way out, and a workload
+whose *kind* asks for one is judged as training, with a warning naming the grant it lacks.  The
+other classes keep every check that bounds a loss (deadline, retries), so any workload may declare
+them.
 """
 
 from __future__ import annotations
@@ -22,39 +24,43 @@ from collections.abc import Iterator
 from pydantic import Field
 
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
-from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView
+from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, effective_class
 
 
 class Settings(PolicySettings):
-    rank: dict[str, int] = Field(
-        default_factory=lambda: {"inference": 3, "training": 2, "batch-inference": 2, "smoke-test": 2,
-                                 "notebook": 1},
-        description="Priority rank of each class (the order of the priority classes priority-class assigns).")
     allow_escalation_to: list[str] = Field(
-        default_factory=list, description="Classes a declaration may reach even when they outrank the kind's "
-        "class (set per namespace profile, e.g. [inference] for a serving team).")
+        default_factory=list, description="Privileged classes this namespace grants, asked for by kind or by "
+        "label (set per namespace profile: [inference] for a serving team, [notebook] for notebooks); elsewhere "
+        "such workloads are judged as training.")
 
 
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
-    labels = view.labels
-    declared = labels.get(WORKLOAD_CLASS_LABEL)
-    if declared is None:
-        return
+    granted = frozenset(settings.allow_escalation_to)
+    declared = view.labels.get(WORKLOAD_CLASS_LABEL)
     path = ("metadata", "labels", WORKLOAD_CLASS_LABEL)
-    if declared not in WORKLOAD_CLASSES:
+    grant = "ask an admin to grant {0!r} in this namespace's profile (workload-class: allowEscalationTo: [{0}])"
+    if declared is not None and declared not in WORKLOAD_CLASSES:
         yield Finding(path, f"unknown workload class {declared!r}",
                       f"use one of {', '.join(WORKLOAD_CLASSES)}, or remove the label")
         return
-    base = view.kind_class
-    if declared == base or declared in settings.allow_escalation_to:
+    if declared is not None:
+        if effective_class(declared, granted) != declared:
+            yield Finding(path, f"declaring {declared!r} would give this {view.kind.kind} "
+                          f"{_privilege(declared)}, which this namespace does not grant",
+                          f"declare one of {', '.join(c for c in WORKLOAD_CLASSES if effective_class(c, granted) == c)}"
+                          f", or {grant.format(declared)}")
         return
-    ceiling = settings.rank.get(base, 0)
-    if settings.rank.get(declared, 0) > ceiling:
-        allowed = ", ".join(c for c in WORKLOAD_CLASSES if settings.rank.get(c, 0) <= ceiling)
-        yield Finding(path, f"declaring {declared!r} would give this {view.kind.kind} (a {base} workload by kind) "
-                      f"a higher priority than its kind allows in this namespace",
-                      f"declare one of {allowed}, or ask an admin to allow {declared!r} in this namespace's profile "
-                      "(workload-class: allowEscalationTo)")
+    wanted = view.kind_class
+    if view.is_gpu and view.workload_class != wanted and effective_class(wanted, granted) != wanted:
+        yield Finding(path, f"this {view.kind.kind} is judged as {view.workload_class}: its kind's class {wanted!r} "
+                      f"({_privilege(wanted)}) is not granted in this namespace",
+                      f"declare what it is (label {WORKLOAD_CLASS_LABEL}), or {grant.format(wanted)}", advisory=True)
+
+
+def _privilege(workload_class: str) -> str:
+    if workload_class == "inference":
+        return "preemption and no checkpoint or deadline checks"
+    return "no checkpoint or deadline checks"
 
 
 POLICY = ValidatingPolicy(
@@ -63,10 +69,11 @@ POLICY = ValidatingPolicy(
     settings_model=Settings,
     run=validate,
     description="Lets users declare what a workload is (label `gpuguard.io/workload-class`: training, inference, "
-    "batch-inference, notebook, smoke-test) and denies a declaration that would raise its priority above its kind's "
-    "class unless the namespace's profile allows it.",
-    rationale="The kind's class is often wrong (a batch-inference RayJob, an RL-training RayCluster); a label "
-    "fixes the checks, but must not buy the preempting inference priority.",
+    "batch-inference, notebook, smoke-test); the privileged classes (inference: preemption, and notebook: no "
+    "checkpoint or deadline checks) only where the namespace's profile grants them (`allowEscalationTo`), by kind "
+    "or by label: a declaration of another is denied, a kind asking for one is judged as training, with a warning.",
+    rationale="The kind's class is often wrong (a batch-inference RayJob, a 64-GPU training StatefulSet); a label "
+    "fixes the checks, but neither a kind nor a label may buy preemption or skip the checks that bound a loss.",
     # A declared class changes nothing on a CPU object (priority-class is GPU-only unless switched).
     cpu_scope=accelerator_objects_only,
 )

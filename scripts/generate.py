@@ -231,6 +231,15 @@ def crd_name(spec: Any, builtin_kinds: set[str]) -> str:
     return spec.kind.lower()
 
 
+def _subresources(spec: Any) -> dict[str, Any]:
+    """``status``, and ``scale`` where the kind has one (its replicas path from the kind table)."""
+    out: dict[str, Any] = {"status": {}}
+    if spec.scale_replicas is not None:
+        out["scale"] = {"specReplicasPath": "." + ".".join(spec.scale_replicas),
+                        "statusReplicasPath": ".status.replicas"}
+    return out
+
+
 def stand_in_crds() -> Files:
     """An open-schema CRD for every custom kind gpuguard knows, so e2e tests can create it without its operator.
 
@@ -255,7 +264,7 @@ def stand_in_crds() -> Files:
                 "group": spec.group, "scope": "Namespaced",
                 "names": {"kind": spec.kind, "listKind": f"{spec.kind}List", "plural": spec.plural,
                           "singular": singular},
-                "versions": [{"name": version, "served": True, "storage": i == 0, "subresources": {"status": {}},
+                "versions": [{"name": version, "served": True, "storage": i == 0, "subresources": _subresources(spec),
                               "schema": {"openAPIV3Schema": {"type": "object",
                                                              "x-kubernetes-preserve-unknown-fields": True}}}
                              for i, version in enumerate(spec.versions)],

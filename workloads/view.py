@@ -25,7 +25,8 @@ from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
 from gpuguard.workloads.paths import Path, child_dict, child_list, dicts, dotted, get_path
 
-__all__ = ["WORKLOAD_CLASSES", "WORKLOAD_CLASS_LABEL", "Container", "PodTemplate", "WorkloadView", "build_view",
+__all__ = ["NEVER_PREEMPTING_KINDS", "PRIVILEGED_CLASSES", "UNPRIVILEGED_CLASS", "WORKLOAD_CLASSES",
+           "WORKLOAD_CLASS_LABEL", "effective_class", "Container", "PodTemplate", "WorkloadView", "build_view",
            "effective_requests"]
 
 
@@ -54,6 +55,27 @@ WORKLOAD_CLASS_LABEL = "gpuguard.io/workload-class"
 # serving (inference), training, offline batch inference, interactive notebooks, and short smoke
 # tests / benchmarks.  The kind gives a default; a user may declare another (workload-class policy).
 WORKLOAD_CLASSES = ("training", "inference", "batch-inference", "notebook", "smoke-test")
+# Classes that carry privilege: inference preempts (priority-class) and skips the checkpoint and
+# deadline checks, notebook skips them too.  A workload gets one only where its namespace's
+# profile grants it (workload-class ``allowEscalationTo``), whether its kind or a label asks for
+# it; elsewhere it is judged as training, the class with every check and no preemption.  The other
+# classes keep the deadline and retry limits, which bound what they can lose.
+PRIVILEGED_CLASSES = frozenset({"inference", "notebook"})
+UNPRIVILEGED_CLASS = "training"
+# Kinds that run a pod on every matching node: a preempting priority would evict whatever runs there.
+NEVER_PREEMPTING_KINDS = frozenset({"DaemonSet"})
+
+
+def effective_class(wanted: str, granted: frozenset[str] | None) -> str:
+    """The class a workload is judged as, given the class its kind or label asks for.
+
+    The one place privilege is decided: ``granted`` is what the namespace's profile grants
+    (``None``: every class, the workload-class policy being off).  Shape, kind and labels only
+    ever *ask*.
+    """
+    if wanted in PRIVILEGED_CLASSES and granted is not None and wanted not in granted:
+        return UNPRIVILEGED_CLASS
+    return wanted
 
 
 @dataclass

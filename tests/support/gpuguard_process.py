@@ -96,13 +96,21 @@ class GpuguardServer:
         cp.kubectl("apply", "-f", "-", input=manifest)
 
 
-def default_config_with(extra_exempt_namespace: str) -> str:
-    """The shipped default config, with one more exempt namespace for the exemption test."""
+def default_config_with(extra_exempt_namespace: str, grants: str = "inference, notebook") -> str:
+    """The shipped default config, with one more exempt namespace for the exemption test.
+
+    ``grants``: the privileged workload classes every namespace is granted (workload-class
+    ``allowEscalationTo``): these suites' namespaces stand for serving and notebook teams' (GPU
+    Deployments as model servers); ``""`` keeps the shipped default, where nothing is granted.
+    """
     text = DEFAULT_CONFIG.read_text()
     marker = "namespaces: [kube-system, kube-node-lease, kube-public, gpuguard]"
     assert marker in text, "the default config's exemption line changed; update the e2e helper"
+    grant_marker = "    # allowEscalationTo: []"
+    assert grant_marker in text, "the default config's workload-class grant line changed; update the e2e helper"
     return text.replace(marker, f"namespaces: [kube-system, kube-node-lease, kube-public, gpuguard, "
-                                f"{extra_exempt_namespace}]")
+                                f"{extra_exempt_namespace}]").replace(
+        grant_marker, f"    allowEscalationTo: [{grants}]")
 
 
 def copy_logs(server: GpuguardServer, dest: Path) -> None:

@@ -40,12 +40,20 @@ from gpuguard.workloads.claims import ClaimSource
 from gpuguard.workloads.controllers import ControllerOrigin
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.paths import dotted
-from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, build_view
+from gpuguard.workloads.view import (
+    WORKLOAD_CLASS_LABEL,
+    WORKLOAD_CLASSES,
+    WorkloadView,
+    build_view,
+    effective_class,
+)
 
 log = logging.getLogger("gpuguard.engine")
 
 MUTATED_BY_ANNOTATION = "gpuguard.io/mutated-by"
 MUTATING_OPERATIONS = ("CREATE", "UPDATE")
+# Subjects of findings about the workload as a whole (its accelerator total): compared by size on UPDATE.
+WORKLOAD_SUBJECTS = frozenset({"spec", ""})
 
 
 def _copy(raw: bytes) -> Any:
@@ -75,12 +83,17 @@ class Engine:
         self.inventory = nodes.with_groups(self.config.node_pools)
 
     # ------------------------------------------------------------------ classification
-    def classify(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None = None) -> str:
-        """The workload class: the parent's for what a trusted controller made, else by kind.
+    def classify(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None = None,
+                 policy_set: PolicySet | None = None) -> str:
+        """The workload class: the parent's for what a trusted controller made, else declared or by kind.
 
-        Object content chooses the class only where the admin allowed the class label; an
-        ownerReference or a notebook label written by a user never does.
+        Object content *asks* for a class only where the admin allowed the class label; an
+        ownerReference or a notebook label written by a user never does.  Whether the class asked
+        for is given is decided by :func:`effective_class` from what the namespace's profile grants.
         """
+        return effective_class(self._wanted_class(obj, kind, origin), self.granted_classes(policy_set))
+
+    def _wanted_class(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None) -> str:
         settings = self.config.workload_classes
         if origin is not None:
             owner = kinds.lookup_group_kind(*origin.owner)
@@ -91,6 +104,17 @@ class Engine:
             if isinstance(labels, dict) and labels.get(WORKLOAD_CLASS_LABEL) in WORKLOAD_CLASSES:
                 return labels[WORKLOAD_CLASS_LABEL]
         return self.kind_class(kind)
+
+    def granted_classes(self, policy_set: PolicySet | None) -> frozenset[str] | None:
+        """The privileged classes a namespace grants (workload-class ``allowEscalationTo``); ``None``: all.
+
+        With the workload-class policy off the admin has chosen not to police classes: every
+        class is granted, as the kind or label asks.
+        """
+        settings = (policy_set or self.config.policies).settings("workload-class")
+        if settings is None:
+            return None
+        return frozenset(getattr(settings, "allow_escalation_to", ()))
 
     def kind_class(self, kind: kinds.KindSpec) -> str:
         """The class a kind gets when nobody declares one: the admin's byKind, else the kind table's."""
@@ -150,7 +174,8 @@ class Engine:
             return self._evaluate_through_runtime(decision, kind, obj, ctx)
         origin = self.config.controllers.origin(obj, ctx.username) if ctx.username else None
         if origin is not None:
-            decision.workload_class = self.classify(obj, kind, origin)
+            decision.workload_class = self.classify(
+                obj, kind, origin, self.config.policies_for(decision.namespace, ctx.namespace_labels)[1])
             if self.config.trust_controller_pods and origin.mutate:
                 ctx = replace(ctx, validate=False)  # mutated below, judged already in its parent
             elif self.config.trust_controller_pods or not ctx.validate:
@@ -203,7 +228,7 @@ class Engine:
         decision.workload_class, decision.gpus = inner.workload_class, inner.gpus
         decision.gpus_by_resource = inner.gpus_by_resource
         if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
-            decision.violations = self._new_in_update(decision.violations, ctx)
+            decision.violations = self._new_in_update(decision.violations, ctx, decision.gpus)
         decision.allowed = not decision.denials
         return decision
 
@@ -232,7 +257,7 @@ class Engine:
         """``work`` is the object policies see (a copy whenever ``mutating``); ``raw`` its JSON bytes."""
         decision.original = original
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
-        workload_class = self.classify(work, kind, origin)
+        workload_class = self.classify(work, kind, origin, policy_set)
         view = build_view(work, kind, self.config.accelerators, workload_class, self.kind_class(kind),
                           decision.namespace, self.claims)
         view.inventory = self.inventory
@@ -274,7 +299,7 @@ class Engine:
             # Admins' CEL rules (webhook/custom/): they read the request too, so they get ctx.
             decision.violations.extend(custom_rules.evaluate(view, policy_set.custom, ctx, decision.namespace))
             if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
-                decision.violations = self._new_in_update(decision.violations, ctx)
+                decision.violations = self._new_in_update(decision.violations, ctx, decision.gpus)
 
         view.settle()  # inherited pod fields no policy changed go back to being inherited
         # Policies report their changes (and warn-mode ones work on scratch copies), so an
@@ -305,7 +330,7 @@ class Engine:
     def _mutated_copy(self, obj: dict, kind: kinds.KindSpec, ctx: RequestContext, policy_set: PolicySet) -> dict:
         """A copy of ``obj`` after the enforcing mutating policies: what gpuguard makes of it."""
         scratch = _copy(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
-        view = build_view(scratch, kind, self.config.accelerators, self.classify(scratch, kind),
+        view = build_view(scratch, kind, self.config.accelerators, self.classify(scratch, kind, None, policy_set),
                           namespace=ctx.namespace, claims=self.claims)
         view.inventory = self.inventory
         for policy, settings in policy_set.mutating:
@@ -362,15 +387,20 @@ class Engine:
                                      subject(view.obj, finding.path)))
         return out
 
-    def _new_in_update(self, violations: list[Violation], ctx: RequestContext) -> list[Violation]:
+    def _new_in_update(self, violations: list[Violation], ctx: RequestContext, total: int) -> list[Violation]:
         """On UPDATE only what the update changes can be denied: drop findings the stored object had.
 
         Matched by policy and subject (the field path with item names for list indices), never by
-        list position or message wording: see ``gpuguard.webhook.engine.update``.
+        list position or message wording: see ``gpuguard.webhook.engine.update``.  Sizes are
+        compared too: a finding about the workload as a whole (its accelerator total) is excused
+        only while the update does not raise that total, so a workload already over its cap can
+        shrink or change otherwise but never grow (``kubectl scale`` up, an HPA, a patch).
         """
         old_ctx = RequestContext(operation="CREATE", namespace=ctx.namespace,
                                  namespace_labels=ctx.namespace_labels, username=ctx.username, groups=ctx.groups,
                                  mutate=False, validate=True)
         old = self.evaluate(ctx.old_object, old_ctx)
         seen = {(v.policy, v.subject) for v in old.violations}
-        return [v for v in violations if (v.policy, v.subject) not in seen]
+        grew = total > old.gpus
+        return [v for v in violations
+                if (v.policy, v.subject) not in seen or (grew and v.subject in WORKLOAD_SUBJECTS)]

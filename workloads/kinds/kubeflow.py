@@ -44,16 +44,22 @@ def _replica_map(field_name: str) -> Locate:
 
 
 def _training_job(kind: str, plural: str, replica_specs: str, versions: tuple[str, ...] = ("v1",),
-                  also: tuple[Creates, ...] = ()) -> KindSpec:
-    """A training-operator job whose roles are under ``spec.<replica_specs>``."""
+                  also: tuple[Creates, ...] = (), scale_role: str | None = None) -> KindSpec:
+    """A training-operator job whose roles are under ``spec.<replica_specs>``.
+
+    ``scale_role``: the role the CRD's ``scale`` subresource resizes (``kubectl scale``, an HPA).
+    """
     return KindSpec("kubeflow.org", kind, plural, versions, "training", _replica_map(replica_specs), _RUN_POLICY,
                     gang=Gang(operator_policy=_SCHEDULING_POLICY, min_available=_SCHEDULING_POLICY + ("minAvailable",)),
                     priority_class_paths=(_SCHEDULING_POLICY + ("priorityClass",),),
                     pod_spec_paths=(("spec", replica_specs, "{}", "template", "spec"),),
-                    controllers=(Creates(TRAINING_OPERATOR, ("Pod",)), *also))
+                    controllers=(Creates(TRAINING_OPERATOR, ("Pod",)), *also),
+                    scale_replicas=("spec", replica_specs, scale_role, "replicas") if scale_role else None)
 
 
-PYTORCHJOB = _training_job("PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs")
+# The training operator's PyTorchJob CRD has a scale subresource on its workers (elastic training
+# under an HPA): specReplicasPath .spec.pytorchReplicaSpecs.Worker.replicas.
+PYTORCHJOB = _training_job("PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs", scale_role="Worker")
 TFJOB = _training_job("TFJob", "tfjobs", "tfReplicaSpecs")
 MPIJOB = _training_job("MPIJob", "mpijobs", "mpiReplicaSpecs", ("v2beta1", "v1"),
                        also=(Creates(MPI_OPERATOR, ("Pod", "batch/Job")),))

@@ -22,6 +22,9 @@ from tests.support.paths import REPO
 
 ENGINE = Engine(load_config())
 ALICE = RequestContext(username="alice", groups=("system:authenticated",), namespace="ml")
+# A namespace whose profile grants the privileged classes (a serving team's, a notebook namespace).
+SERVING = Engine(parse_config_text("kind: GpuguardConfig\npolicies:\n"
+                                   "  workload-class: {allowEscalationTo: [inference, notebook]}\n"))
 GVK = {(k.group, k.kind): (f"{k.group}/{k.versions[0]}" if k.group else k.versions[0]) for k in KINDS}
 
 
@@ -110,10 +113,13 @@ def test_forged_deployment_owner_and_notebook_label_choose_no_class():
 def test_parent_class_follows_the_trusted_owner():
     sts = owned(make("StatefulSet", pvc_pod_spec()), ("kubeflow.org", "Notebook"))
     user = "system:serviceaccount:kubeflow:notebook-controller-service-account"
-    assert ENGINE.evaluate(sts, RequestContext(username=user)).workload_class == "notebook"
+    assert SERVING.evaluate(sts, RequestContext(username=user)).workload_class == "notebook"
     # The same StatefulSet from a user is an inference StatefulSet, label or no label.
     sts["spec"]["template"]["metadata"]["labels"]["notebook-name"] = "x"
-    assert ENGINE.evaluate(sts, ALICE).workload_class == "inference"
+    assert SERVING.evaluate(sts, ALICE).workload_class == "inference"
+    # Where no profile grants those classes, neither the owner nor the kind gives one: training.
+    assert ENGINE.evaluate(sts, RequestContext(username=user)).workload_class == "training"
+    assert ENGINE.evaluate(sts, ALICE).workload_class == "training"
 
 
 def test_trust_off_validates_controller_objects_but_never_mutates_them():
@@ -212,7 +218,9 @@ def test_cpu_deployment_switched_to_gpus_is_mutated_on_update():
     stored = created(make("Deployment", {"containers": [cpu_container()]}))
     incoming = copy.deepcopy(stored)
     incoming["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
-    decision = update(incoming, stored)
+    decision = SERVING.evaluate(incoming, RequestContext(operation="UPDATE", old_object=stored, username="alice",
+                                                         namespace="ml"))
+    applies(decision)
     spec = decision.mutated["spec"]["template"]["spec"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     assert spec["containers"][0]["resources"]["limits"]["memory"] == "64Gi"
@@ -237,7 +245,7 @@ def test_unchanged_update_is_a_no_op():
 
 def test_template_priority_is_dropped_with_the_class():
     spec = {**pvc_pod_spec(), "priority": 0, "preemptionPolicy": "PreemptLowerPriority"}
-    decision = ENGINE.evaluate(make("Deployment", spec), ALICE)
+    decision = SERVING.evaluate(make("Deployment", spec), ALICE)
     template = decision.mutated["spec"]["template"]["spec"]
     assert template["priorityClassName"] == "inference-critical"
     assert "priority" not in template and "preemptionPolicy" not in template

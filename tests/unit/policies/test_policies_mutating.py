@@ -195,10 +195,35 @@ def test_default_resources_settings_and_non_gpu_pods():
 
 # ---------------------------------------------------------------- priority-class
 @pytest.mark.parametrize("kind,expected", [(k, "training-standard") for k in TRAINING_KINDS] +
-                         [(k, "inference-critical") for k in INFERENCE_KINDS] + [("Notebook", "notebook-dev")])
+                         [(k, "inference-critical") for k in INFERENCE_KINDS if k != "DaemonSet"] +
+                         [("DaemonSet", "training-standard"), ("Notebook", "notebook-dev")])
 def test_priority_class_by_workload_class(kind, expected):
     out = evaluate_twice(only("priority-class"), make(kind, pvc_pod_spec())).mutated
     assert {s["priorityClassName"] for s in template_specs(out)} == {expected}
+
+
+PRIORITY_AND_GRANTS = "priority-class", "workload-class"
+
+
+def _with_grants(granted: str) -> object:
+    """priority-class and workload-class on (the latter's allowEscalationTo is what a namespace grants)."""
+    from gpuguard.policies import REGISTRY
+    from tests.support.engines import engine_with
+
+    lines = [f"  {pid}: {{action: off}}" for pid in REGISTRY if pid not in PRIORITY_AND_GRANTS]
+    lines += ["  priority-class: {action: enforce}",
+              f"  workload-class: {{action: enforce, allowEscalationTo: [{granted}]}}"]
+    return engine_with("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("kind", INFERENCE_KINDS)
+def test_a_preempting_class_comes_only_from_the_namespaces_grant(kind):
+    """Privilege never comes from shape: an inference kind preempts only where its namespace grants inference."""
+    plain = evaluate_twice(_with_grants(""), make(kind, pvc_pod_spec())).mutated
+    assert {s["priorityClassName"] for s in template_specs(plain)} == {"training-standard"}
+    granted = evaluate_twice(_with_grants("inference"), make(kind, pvc_pod_spec())).mutated
+    expected = "training-standard" if kind == "DaemonSet" else "inference-critical"  # never preempts every node
+    assert {s["priorityClassName"] for s in template_specs(granted)} == {expected}
 
 
 # ---------------------------------------------------------------- job-ttl and job-limits

@@ -143,7 +143,8 @@ def test_inference_on_spot_warns(kind, how):
     else:
         spec["tolerations"] = [{"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal",
                                 "value": "spot", "effect": "NoSchedule"}]
-    hits = policies_hit(engine_with(), make(kind, spec))
+    serving = engine_with("  workload-class: {allowEscalationTo: [inference]}\n")  # a profile grants inference
+    hits = policies_hit(serving, make(kind, spec))
     assert hits["inference-on-spot"][0].verdict == "warn"
 
 
@@ -167,11 +168,18 @@ def test_training_and_notebooks_may_not_use_inference_class(kind):
     assert "reserved for inference" in hits["priority-abuse"][0].message
 
 
-@pytest.mark.parametrize("kind", INFERENCE_KINDS)
+@pytest.mark.parametrize("kind", [k for k in INFERENCE_KINDS if k != "DaemonSet"])
 def test_inference_may_use_inference_class(kind):
     spec = pvc_pod_spec()
     spec["priorityClassName"] = "inference-critical"
     assert policies_hit(only("priority-abuse"), make(kind, spec)) == {}
+
+
+def test_a_daemonset_may_never_use_the_preempting_class():
+    spec = pvc_pod_spec()
+    spec["priorityClassName"] = "inference-critical"
+    (finding,) = policies_hit(only("priority-abuse"), make("DaemonSet", spec))["priority-abuse"]
+    assert finding.verdict == "deny" and "preempt pods on every node" in finding.message
 
 
 # ---------------------------------------------------------------- actions, profiles, exemptions

@@ -10,6 +10,7 @@ from gpuguard.webhook.engine.core import Engine
 from gpuguard.webhook.server.envelope import AdmissionRequest
 from gpuguard.webhook.server.scale import ScaleError, as_workload_update, scalable_kind
 from gpuguard.workloads.kinds import KINDS
+from gpuguard.workloads.paths import get_path
 from tests.support.builders import make, pvc_pod_spec
 
 ENGINE = Engine(load_config())
@@ -25,9 +26,23 @@ def scale_request(resource: str, group: str, replicas, name: str = "w") -> Admis
     })
 
 
-@pytest.mark.parametrize("kind", [k for k in KINDS if k.scale_replicas], ids=lambda k: k.kind)
+def ganged(kind: str, replicas: int) -> dict:
+    """A GPU workload that gangs where it must (a Kueue queue), as gpuguard stored it."""
+    obj = make(kind, pvc_pod_spec(8), replicas=replicas)
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
+    return ENGINE.evaluate(obj).mutated
+
+
+SCALABLE = [k for k in KINDS if k.scale_replicas]
+
+
+def test_the_scalable_kinds_come_from_the_kind_table():
+    assert {k.kind for k in SCALABLE} >= {"Deployment", "StatefulSet", "ReplicaSet", "LeaderWorkerSet", "PyTorchJob"}
+
+
+@pytest.mark.parametrize("kind", SCALABLE, ids=lambda k: k.kind)
 def test_scaling_past_the_gpu_total_is_a_new_finding(kind):
-    stored = ENGINE.evaluate(make(kind.kind, pvc_pod_spec(8), replicas=1)).mutated
+    stored = ganged(kind.kind, 1)
     req = scale_request(kind.plural, kind.group, 9)  # 9 x 8 GPUs > 64
     assert scalable_kind(req) is kind
     update = as_workload_update(req, kind, stored)
@@ -35,7 +50,7 @@ def test_scaling_past_the_gpu_total_is_a_new_finding(kind):
     ctx = RequestContext(operation="UPDATE", old_object=update.old_object, mutate=False, namespace="ml")
     decision = ENGINE.evaluate(update.object, ctx)
     assert [v.policy for v in decision.denials] == ["gpu-request-shape"]
-    within = as_workload_update(scale_request(kind.plural, kind.group, 8), kind, stored)
+    within = as_workload_update(scale_request(kind.plural, kind.group, 1), kind, stored)
     assert ENGINE.evaluate(within.object, ctx).allowed
 
 
@@ -49,3 +64,22 @@ def test_malformed_scale_is_a_scale_error(replicas):
     kind = next(k for k in KINDS if k.kind == "Deployment")
     with pytest.raises(ScaleError, match="spec.replicas"):
         as_workload_update(scale_request("deployments", "apps", replicas), kind, make("Deployment", pvc_pod_spec()))
+
+
+@pytest.mark.parametrize("kind", SCALABLE, ids=lambda k: k.kind)
+def test_a_workload_already_over_its_cap_may_shrink_or_change_but_never_grow(kind):
+    """Created before install (or before the cap was lowered): its old finding has the same subject, so sizes decide."""
+    stored = ganged(kind.kind, 10)  # 10 pods x 8 GPUs (80; a PyTorchJob's master adds 8) > 64
+    assert ENGINE.evaluate(stored, RequestContext(namespace="ml")).gpus >= 80
+    now = get_path(stored, kind.scale_replicas)
+    now = now if isinstance(now, int) else 1
+    ctx = RequestContext(operation="UPDATE", old_object=stored, mutate=False, namespace="ml")
+    up = as_workload_update(scale_request(kind.plural, kind.group, now + 1), kind, stored)
+    denied = ENGINE.evaluate(up.object, ctx)
+    assert [v.policy for v in denied.denials] == ["gpu-request-shape"] and "in all" in denied.denials[0].message
+    down = as_workload_update(scale_request(kind.plural, kind.group, now - 1), kind, stored)
+    assert ENGINE.evaluate(down.object, ctx).allowed
+    same = as_workload_update(scale_request(kind.plural, kind.group, now), kind, stored)
+    assert ENGINE.evaluate(same.object, ctx).allowed
+    relabelled = dict(stored, metadata={**stored["metadata"], "labels": {**stored["metadata"]["labels"], "a": "b"}})
+    assert ENGINE.evaluate(relabelled, ctx).allowed
