@@ -3,8 +3,9 @@
 Node objects are created with the providers' documented labels and taints, their
 ``status.allocatable`` set through the status subresource (no kubelet runs here), and workloads
 are applied as the ordinary user ``alice``: a GPU pod gets the label the GKE nodes carry and no
-NVIDIA one, a pod asking more GPUs than the largest node is denied naming it, and a larger node
-lets the same manifest through within seconds, with no restart.
+NVIDIA one, a pod asking more GPUs than the largest node is denied naming it, a PyTorchJob whose
+pods must run together and ask more GPUs than the cluster has is denied at apply, and a larger
+node lets the same manifest through within seconds, with no restart.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import yaml
 
 from tests.support.cluster.controlplane import ControlPlane
 from tests.support.cluster.fixtures import require_control_plane
-from tests.support.gpuguard_process import DEFAULT_CONFIG, GpuguardServer
+from tests.support.gpuguard_process import DEFAULT_CONFIG, GpuguardServer, gpuguard
 
 pytestmark = pytest.mark.e2e
 USER = "alice"
@@ -73,6 +74,7 @@ def pod(ns: str, name: str, gpus: int) -> dict:
 def cluster(tmp_path_factory) -> Iterator[ControlPlane]:
     require_control_plane()
     with ControlPlane() as cp:
+        cp.install_crds("pytorchjob")
         for node in NODES:
             _add(cp, node)
         # Bare pods are training work; these tests are about nodes, not checkpoints.
@@ -150,3 +152,33 @@ def test_a_pod_larger_than_every_node_is_denied_until_a_larger_node_joins(cluste
     assert not last or "denied" not in last[0], last
     assert cp.kubectl_json("get", "pod", "big", "-n", ns)["spec"]["containers"][0]["resources"]["limits"][
         "nvidia.com/gpu"] == "16"
+    # `audit --cluster` reads the same nodes: without them the profile's cap (8 per node) would deny the
+    # stored 16-GPU pod.  (The audit runs the shipped config, where checkpoint-volume is on.)
+    audit = gpuguard("audit", "--cluster", "-n", ns, "--kubeconfig", str(cp.kubeconfig), "--format", "json",
+                     check=False)
+    (entry,) = [r for r in json.loads(audit.stdout)["results"] if r["kind"] == "Pod"]
+    assert [v["policy"] for v in entry["violations"]] == ["checkpoint-volume"], entry["violations"]
+
+
+def pytorchjob(ns: str, workers: int, gpus: int) -> dict:
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "ghcr.io/example/train:1",
+                                         "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "ddp", "namespace": ns},
+            "spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": workers + 1}},
+                     "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template},
+                                             "Worker": {"replicas": workers, "template": template}}}}
+
+
+def test_a_gang_larger_than_the_cluster_is_denied_at_apply(cluster):
+    cp = cluster
+    ns = f"inv-{uuid.uuid4().hex[:8]}"
+    cp.kubectl("create", "namespace", ns)
+    # PyTorchJobs are not in the aggregated edit role: alice administers her namespace.
+    cp.kubectl("create", "rolebinding", "alice-admin", "--clusterrole=cluster-admin", f"--user={USER}", "-n", ns)
+    # 1 master + 4 workers x 8 GPUs = 40; the nodes with nvidia.com/gpu have 2 + 8 (+ 16 once the
+    # DGX-2-class node joins) = at most 26
+    result = _apply(cp, pytorchjob(ns, 4, 8))
+    assert result.returncode != 0
+    assert "[schedulable]" in result.stderr and "must run together and ask 40 nvidia.com/gpu in all" in result.stderr
+    fits = _apply(cp, pytorchjob(ns, 0, 8))  # one pod of 8: fits the H100 node
+    assert fits.returncode == 0, fits.stderr

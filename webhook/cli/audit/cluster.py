@@ -30,6 +30,7 @@ from gpuguard.webhook.cli.audit.cost import is_finished
 from gpuguard.webhook.decision import RequestContext
 from gpuguard.webhook.manifests import Document
 from gpuguard.workloads.claims import StaticClaims
+from gpuguard.workloads.inventory import Inventory, from_objects
 from gpuguard.workloads.kinds import KINDS, KindSpec, lookup
 
 DEFAULT_CHUNK_SIZE = 500
@@ -202,6 +203,22 @@ class ClusterLister:
                 self.errors.append(f"cannot list {kind.label}: {_reason(exc)}")
         if on_kind is not None:
             on_kind("done", len(served), len(served))
+
+    def nodes(self) -> Inventory | None:
+        """The cluster's Nodes as a node inventory (docs/inventory.md), or None (a note says why) when they
+        cannot be listed: the audit then decides as the webhook does without ``--node-inventory``."""
+        api = core_v1(self.api)
+        try:
+            raw = [self.api.sanitize_for_serialization(n) for n in api.list_node().items or []]
+        except ApiError as exc:
+            self.notes.append(f"cannot list nodes ({_reason(exc)}): decided without a node inventory")
+            return None
+        except Exception:  # noqa: BLE001 - connection trouble: served_kinds() reports it properly
+            return None
+        for node in raw:
+            node.setdefault("apiVersion", "v1")
+            node.setdefault("kind", "Node")
+        return from_objects(raw)
 
     def claims(self) -> StaticClaims:
         """DRA ResourceClaimTemplates and ResourceClaims in scope, to resolve pods' resourceClaims."""

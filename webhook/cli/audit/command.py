@@ -250,6 +250,8 @@ def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, i
              for doc, ctx in lister.objects(on_kind))
     try:
         engine.claims = lister.claims()  # DRA claim templates and claims, listed once
+        if not args.nodes and (live := lister.nodes()) is not None:
+            engine.set_nodes(live)  # the cluster's own nodes, as the webhook's node watch sees them
         items.extend(evaluate_all(pairs, engine.evaluate, prices, on_item=on_item))
     except ClusterError as exc:
         error(str(exc))
