@@ -8,11 +8,11 @@ normal review pays while a hostile one is judged.
   quantity of ``"1e800000"``, an object 1,000 levels deep, a config alias bomb) and inputs that
   are valid but large in the shape algorithms care about: Argo steps nested as deep and as wide
   as the bounds allow, DAGs at the task bound (the heaviest-antichain max flow) and past it
-  (refused naming the bound), a JobSet with thousands of replicatedJobs, a Pod with thousands of
-  containers, up to the apiserver's 3 MiB.
+  (refused naming the bound), a JobSet and a Pod at the pod-template and container bounds and
+  past them, up to the apiserver's 3 MiB (refused naming the bound).
 * **The probe**, over TLS against ``gpuguard serve``: a normal GPU Job review's and ``/readyz``'s
-  latency while another client keeps the server busy with the heaviest judged hostile body (a
-  ~3 MiB JobSet),
+  latency while another client keeps the server busy with one of the heaviest judged bodies (a
+  JobSet at the pod-template bound),
   interleaved with rounds without it (same process, same minute), with 1 and 2 workers.
 
 Exit status 1 when an input is answered other than expected (judged, refused, denied) or a part
@@ -145,6 +145,7 @@ def _fill(build: Callable[[int], dict], size: int = 3 * MIB - 64 * 1024) -> int:
 
 def cases(quick: bool) -> dict[str, tuple[bytes, str]]:
     """``name: (body, expected answer)``; expected: judged | refused:BOUND | denied 422 | HTTP 400."""
+    from gpuguard.webhook.engine.prechecks import MAX_CONTAINERS, MAX_POD_TEMPLATES
     from gpuguard.workloads import argo
 
     deep_obj = job(1)
@@ -166,14 +167,13 @@ def cases(quick: bool) -> dict[str, tuple[bytes, str]]:
                (body(argo_dag(argo.MAX_DAG_TASKS // scale, 3, 10)), "judged"),
            "Argo DAG 3,000 tasks, 1 template": (body(argo_wide_dag(3000)), "refused:MAX_DAG_TASKS"),
            "Argo DAG 20,000 tasks, 1 template": (body(argo_wide_dag(20000)), "refused:MAX_DAG_TASKS")}
-    if quick:
-        out["JobSet 300 replicatedJobs"] = (body(jobset(300)), "judged")
-        out["Pod 1,000 containers"] = (body(many_containers(1000)), "judged")
-    else:
-        for label, build in (("JobSet {n:,} replicatedJobs (~3 MiB)", jobset),
-                             ("Pod {n:,} containers (~3 MiB)", many_containers)):
+    out[f"JobSet {MAX_POD_TEMPLATES} replicatedJobs (the bound)"] = (body(jobset(MAX_POD_TEMPLATES)), "judged")
+    out[f"Pod {MAX_CONTAINERS:,} containers (the bound)"] = (body(many_containers(MAX_CONTAINERS)), "judged")
+    if not quick:
+        for label, build, bound in (("JobSet {n:,} replicatedJobs (~3 MiB)", jobset, "MAX_POD_TEMPLATES"),
+                                    ("Pod {n:,} containers (~3 MiB)", many_containers, "MAX_CONTAINERS")):
             n = _fill(build)
-            out[label.format(n=n)] = (body(build(n)), "judged")
+            out[label.format(n=n)] = (body(build(n)), f"refused:{bound}")
     return out
 
 
@@ -306,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
            table(["input", "bytes", "answer", "cpu ms", "wall ms", "max wall ms", f"< {TARGET_MS:.0f} ms"], rows)]
     probes: dict[str, Any] = {}
     if not args.no_probe:
-        hostile = body(jobset(300 if args.quick else _fill(jobset)))
+        from gpuguard.webhook.engine.prechecks import MAX_POD_TEMPLATES
+
+        hostile = body(jobset(MAX_POD_TEMPLATES))
         for workers in (1,) if args.quick else (1, 2):
             probes[f"{workers} worker(s)"] = probe(workers, 1 if args.quick else 3, 10 if args.quick else 100,
                                                    hostile)
@@ -318,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                              round(beside["p99_ms"] / alone["p99_ms"], 1) if alone["p99_ms"] else "-",
                              figures["hostile review ms (median)"]])
         out += ["", "A normal GPU Job review (/mutate) and /readyz over TLS, alone and while another client keeps "
-                "sending the heaviest judged body, a JobSet of thousands of replicatedJobs (ms; rounds interleaved)",
+                "sending one of the heaviest judged bodies, a JobSet at MAX_POD_TEMPLATES (ms; rounds interleaved)",
                 table(["server", "request", "alone p50", "alone p99", "beside p50", "beside p99", "p99 ratio",
                        "hostile review"], prow)]
     if warning := quiet_warning(busy):

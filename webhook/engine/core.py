@@ -167,6 +167,8 @@ class Engine:
         if exempt:
             decision.skipped = exempt
             return decision
+        if reason := prechecks.too_large(obj, kind):  # before any walk that grows with the object
+            return self._fail(decision, reason, ctx)
         invalid = prechecks.new_findings(obj, ctx.old_object if ctx.operation == "UPDATE" else None)
         if invalid:
             return self._refuse_invalid(decision, invalid)

@@ -24,6 +24,11 @@ TITLE = "Resource quantities are numbers Kubernetes can use"
 FIX = "write a quantity Kubernetes accepts, such as 1, 500m, 16Gi or 100M"
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 MAX_FINDINGS = 20  # enough to fix the object; a hostile one with thousands gets a bounded answer
+# What gpuguard judges of one object.  Every policy walks each pod template and container, so the
+# engine's time grows with their count (about 140 us per JobSet replicatedJob, 30 us per container:
+# bench/hostile.py); these keep the worst object under the 50 ms engine budget, far above real ones.
+MAX_POD_TEMPLATES = 300
+MAX_CONTAINERS = 1_000
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,20 @@ def find(obj: Any) -> list[InvalidQuantity]:
                 if len(found) >= MAX_FINDINGS:
                     return found
     return found
+
+
+def too_large(obj: dict, kind: kinds.KindSpec) -> str | None:
+    """Why ``obj`` has more pod templates or containers than gpuguard judges, or None."""
+    containers = 0
+    for templates, ref in enumerate(kind.locate(obj), 1):
+        if templates > MAX_POD_TEMPLATES:
+            return f"it has more than {MAX_POD_TEMPLATES} pod templates, the most gpuguard judges (MAX_POD_TEMPLATES)"
+        spec = kinds.get_path(obj, ref.spec_path)
+        if isinstance(spec, dict):
+            containers += sum(len(spec[k]) for k in _CONTAINER_LISTS if isinstance(spec.get(k), list))
+        if containers > MAX_CONTAINERS:
+            return f"it has more than {MAX_CONTAINERS} containers, the most gpuguard judges (MAX_CONTAINERS)"
+    return None
 
 
 def new_findings(obj: Any, old_object: Any = None) -> list[InvalidQuantity]:
