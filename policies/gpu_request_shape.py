@@ -115,10 +115,46 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                           f"set {dotted(template.ref.unbounded)}", template.ref.role,
                           advisory=settings.max_gpus_per_workload is None)
     total = view.total_gpus
+    if view.kind.per_node and view.inventory.known:
+        yield from _per_node_total(view, settings)
+        return
     if settings.max_gpus_per_workload is not None and total > settings.max_gpus_per_workload:
         yield Finding(("spec",), f"the workload asks for {total} accelerators in all, over the limit of "
                       f"{settings.max_gpus_per_workload} per workload: its pods would pend on quota",
                       "lower replicas or accelerators per pod, or ask the platform team for a larger limit")
+
+
+def _per_node_total(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
+    """A DaemonSet holds its pod's accelerators on every node it can land on: count those nodes."""
+    total, nodes, unbounded = 0, 0, False
+    for template in view.gpu_templates:
+        selector = template.spec.get("nodeSelector")
+        affinity = template.spec.get("affinity")
+        node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+        required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") \
+            if isinstance(node_affinity, dict) else None
+        terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+        tolerations = template.spec.get("tolerations")
+        landing = [g for g in view.inventory.eligible(r for r in template.effective_gpus if "/" in r)
+                   if g.matches(selector if isinstance(selector, dict) else None,
+                                terms if isinstance(terms, list) else None)
+                   and not g.untolerated(tolerations if isinstance(tolerations, list) else [])]
+        unbounded |= any(g.count is None for g in landing)
+        count = sum(g.count or 0 for g in landing)
+        nodes += count
+        total += template.gpus_per_pod * count
+    limit = settings.max_gpus_per_workload
+    if limit is None:
+        return
+    if unbounded:
+        yield Finding(("spec",), f"one pod on every node it can land on, {view.gpu_templates[0].gpus_per_pod} "
+                      "accelerator(s) each, and a pool without a maximum among those nodes: it can take every "
+                      "GPU the pool adds", "select fewer nodes (nodeSelector), or give the pool a maxCount",
+                      advisory=True)
+    elif total > limit:
+        yield Finding(("spec",), f"one pod on each of the {nodes} nodes it can land on asks for {total} "
+                      f"accelerators in all, over the limit of {limit} per workload",
+                      "select fewer nodes (nodeSelector), or fewer accelerators per pod")
 
 
 POLICY = ValidatingPolicy(

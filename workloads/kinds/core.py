@@ -83,4 +83,5 @@ REPLICASET = KindSpec("apps", "ReplicaSet", "replicasets", ("v1",), "inference",
                       template_at(("spec",), ("spec", "replicas")), scale_replicas=("spec", "replicas"),
                       pod_spec_paths=_SPEC_TEMPLATE, controllers=(Creates(REPLICASET_CONTROLLER, ("Pod",)),))
 DAEMONSET = KindSpec("apps", "DaemonSet", "daemonsets", ("v1",), "inference", template_at(("spec",)),
-                     pod_spec_paths=_SPEC_TEMPLATE, controllers=(Creates(DAEMONSET_CONTROLLER, ("Pod",)),))
+                     pod_spec_paths=_SPEC_TEMPLATE, controllers=(Creates(DAEMONSET_CONTROLLER, ("Pod",)),),
+                     per_node=True)

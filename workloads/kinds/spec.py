@@ -209,6 +209,9 @@ class KindSpec:
     pod_spec_paths: tuple[PathPattern, ...] = ()
     # The controllers that create objects from this kind (trusted by identity; see ``Creates``).
     controllers: tuple[Creates, ...] = ()
+    # One pod on every node it can land on (a DaemonSet): with a node inventory its accelerators are
+    # per pod x those nodes, not per pod x replicas.
+    per_node: bool = False
 
     @property
     def is_pod(self) -> bool:
