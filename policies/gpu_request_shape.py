@@ -135,8 +135,10 @@ def _per_node_total(view: WorkloadView, settings: Settings) -> Iterator[Finding]
             if isinstance(node_affinity, dict) else None
         terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
         tolerations = template.spec.get("tolerations")
-        landing = [g for g in view.inventory.eligible(r for r in template.effective_gpus if "/" in r)
-                   if g.matches(selector if isinstance(selector, dict) else None,
+        asks = {r: n for r, n in template.effective_gpus.items() if "/" in r}
+        landing = [g for g in view.inventory.eligible(asks)
+                   if all((g.amount(r) is None or g.amount(r) >= n) for r, n in asks.items())  # the pod fits
+                   and g.matches(selector if isinstance(selector, dict) else None,
                                 terms if isinstance(terms, list) else None)
                    and not g.untolerated(tolerations if isinstance(tolerations, list) else [])]
         unbounded |= any(g.count is None for g in landing)
