@@ -78,8 +78,8 @@ class Env:
         self.cp = cp
         self.server = server
 
-    def namespace(self) -> str:
-        ns = f"life-{uuid.uuid4().hex[:8]}"
+    def namespace(self, prefix: str = "life") -> str:
+        ns = f"{prefix}-{uuid.uuid4().hex[:8]}"
         self.cp.kubectl("create", "namespace", ns)
         self.cp.kubectl("create", "rolebinding", "alice-edit", "--clusterrole=edit", f"--user={USER}", "-n", ns)
         return ns
@@ -104,6 +104,14 @@ class Env:
 
 
 LEGACY: dict[str, str] = {}
+# Namespaces strict-* get the shipped default's grants (none): privileged classes are not given there.
+STRICT_PROFILE = """
+profiles:
+  - name: strict
+    match: {namespaces: ["strict-*"]}
+    policies:
+      workload-class: {allowEscalationTo: []}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -111,13 +119,15 @@ def env(control_plane, tmp_path_factory):
     cp = control_plane
     cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "priorityclasses.yaml"))
     cp.install_crds("pytorchjob")
-    server = GpuguardServer(tmp_path_factory.mktemp("gpuguard"), default_config_with("life-exempt"),
-                            kubeconfig=cp.kubeconfig)
+    server = GpuguardServer(tmp_path_factory.mktemp("gpuguard"), STRICT_PROFILE.join(
+        default_config_with("life-exempt").split("\nprofiles:\n", 1)), kubeconfig=cp.kubeconfig)
     e = Env(cp, server)
-    # A Deployment that exists before gpuguard is installed (its template is not in gpuguard's shape).
+    # Deployments that exist before gpuguard is installed (their templates are not in gpuguard's shape);
+    # "overcap" holds 9 x 8 = 72 GPUs, over the 64 a workload may have.
     ns = e.namespace()
-    cp.kubectl("apply", "-f", "-", input=dump(deployment(ns, "legacy")))
-    e.wait(lambda: e.replicasets(ns, "legacy"), "the legacy Deployment's ReplicaSet")
+    for name, gpus, replicas in (("legacy", 1, 1), ("labelled", 1, 1), ("overcap", 8, 9)):
+        cp.kubectl("apply", "-f", "-", input=dump(deployment(ns, name, gpus=gpus, replicas=replicas)))
+        e.wait(lambda n=name: e.replicasets(ns, n), f"the pre-install Deployment {name}'s ReplicaSet")
     LEGACY["ns"] = ns
     server.start()
     server.register(cp)
@@ -233,6 +243,70 @@ def test_kubectl_scale_past_the_gpu_total_is_denied(env):
     assert result.returncode != 0
     assert "[gpu-request-shape]" in result.stderr and "64" in result.stderr
     assert env.get("deployment", "big", "-n", ns)["spec"]["replicas"] == 8
+
+
+def test_kubectl_scale_of_a_pytorchjob_past_its_cap_is_denied(env):
+    """The PyTorchJob CRD scales its workers: kubectl scale is judged like a patch of Worker.replicas."""
+    ns = env.namespace()
+    env.cp.kubectl("create", "rolebinding", "alice-crd", "--clusterrole=cluster-admin", f"--user={USER}", "-n", ns)
+    role = {"template": {"spec": job(ns, "x")["spec"]["template"]["spec"]}}
+    role["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+    obj = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"name": "ddp", "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+           "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, **role}, "Worker": {"replicas": 1, **role}}}}
+    env.as_user("apply", "-f", "-", input=dump(obj))
+    within = env.as_user("scale", "pytorchjob/ddp", "--replicas=7", "-n", ns, check=False)  # 8 x 8 = 64
+    assert within.returncode == 0, within.stderr
+    result = env.as_user("scale", "pytorchjob/ddp", "--replicas=100", "-n", ns, check=False)
+    assert result.returncode != 0 and "[gpu-request-shape]" in result.stderr, result.stderr
+    stored = env.get("pytorchjob", "ddp", "-n", ns)
+    assert stored["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 7
+
+
+def test_a_deployment_already_over_its_cap_may_scale_down_but_not_up(env):
+    ns = LEGACY["ns"]  # "overcap": 72 GPUs, created before gpuguard
+    up = env.as_user("scale", "deployment/overcap", "--replicas=10", "-n", ns, check=False)
+    assert up.returncode != 0 and "[gpu-request-shape]" in up.stderr, up.stderr
+    down = env.as_user("scale", "deployment/overcap", "--replicas=8", "-n", ns, check=False)
+    assert down.returncode == 0, down.stderr
+    assert env.get("deployment", "overcap", "-n", ns)["spec"]["replicas"] == 8
+
+
+def test_kubectl_label_on_a_pre_install_deployment_rolls_nothing_out(env):
+    ns = LEGACY["ns"]
+    before = {rs["metadata"]["name"] for rs in env.replicasets(ns, "labelled")}
+    result = env.as_user("label", "deployment/labelled", "cost-center=ml", "-n", ns)
+    assert "not in gpuguard's shape" in result.stderr and "gpuguard fix" in result.stderr, result.stderr
+    time.sleep(5)  # the Deployment controller would have made a ReplicaSet by now
+    assert {rs["metadata"]["name"] for rs in env.replicasets(ns, "labelled")} == before
+    stored = env.get("deployment", "labelled", "-n", ns)
+    assert stored["metadata"]["labels"]["cost-center"] == "ml"
+    assert "priorityClassName" not in stored["spec"]["template"]["spec"]
+
+
+# ---------------------------------------------------------------- privilege from the namespace, not shape
+
+def test_a_training_statefulset_gets_a_training_class_where_inference_is_not_granted(env):
+    ns = env.namespace("strict")
+    spec = job(ns, "x")["spec"]["template"]["spec"]
+    spec.pop("restartPolicy")
+    spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "pretrain", "namespace": ns},
+           "spec": {"replicas": 2, "serviceName": "pretrain", "selector": {"matchLabels": {"app": "pretrain"}},
+                    "template": {"metadata": {"labels": {"app": "pretrain"}}, "spec": spec}}}
+    result = env.as_user("apply", "-f", "-", input=dump(sts))
+    assert "judged as training" in result.stderr, result.stderr
+    template = env.get("statefulset", "pretrain", "-n", ns)["spec"]["template"]["spec"]
+    assert template["priorityClassName"] == "training-standard"
+
+
+def test_a_notebook_declaration_on_a_job_is_refused_outside_an_allowing_profile(env):
+    ns = env.namespace("strict")
+    obj = job(ns, "sneaky")
+    obj["metadata"]["labels"] = {"gpuguard.io/workload-class": "notebook"}
+    result = env.as_user("apply", "-f", "-", input=dump(obj), check=False)
+    assert result.returncode != 0 and "[workload-class]" in result.stderr, result.stderr
+    assert "declaring 'notebook'" in result.stderr
 
 
 # ---------------------------------------------------------------- identity, not content

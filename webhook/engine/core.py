@@ -60,6 +60,28 @@ def _copy(raw: bytes) -> Any:
     return orjson.loads(raw)
 
 
+def _spec_unchanged(ctx: RequestContext, obj: dict) -> bool:
+    """An UPDATE that changes only metadata (labels, annotations, owners): its spec is as stored."""
+    old = ctx.old_object
+    if ctx.operation != "UPDATE" or not isinstance(old, dict):
+        return False
+    return all(obj.get(k) == old.get(k) for k in {*obj, *old} - {"metadata", "status"})
+
+
+def _not_in_shape(kind: str, policies: list[str]) -> Violation:
+    """Why a metadata-only UPDATE was left as it is, and how to bring the workload into shape.
+
+    Mutating it would rewrite its pod template and so roll out every pod behind a `kubectl label`
+    (cost-allocation labellers, GitOps adoption); gpuguard says so instead.
+    """
+    # kubectl shows about 256 characters of a warning: what to do first, the policy list last.
+    return Violation(policies[0], "warn", "spec",
+                     f"this {kind or 'object'} is not in gpuguard's shape; left as is on a metadata-only update "
+                     "(no rollout)",
+                     f"run `gpuguard fix` on its manifest or change its spec to apply {', '.join(policies)}",
+                     subject="spec")
+
+
 def _meta(obj: dict) -> dict:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
@@ -304,6 +326,10 @@ class Engine:
                 decision.violations = self._new_in_update(decision.violations, ctx, decision.gpus)
 
         view.settle()  # inherited pod fields no policy changed go back to being inherited
+        if decision.mutated_by and _spec_unchanged(ctx, original):
+            decision.violations.append(_not_in_shape(decision.kind, decision.mutated_by))
+            decision.mutated_by = []
+            decision.mutated = work = original
         # Policies report their changes (and warn-mode ones work on scratch copies), so an
         # unchanged object needs no diff: the common case for controller-created pods.
         decision.patch = make_patch(original, work) if decision.mutated_by else []

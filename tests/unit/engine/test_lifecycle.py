@@ -291,8 +291,28 @@ def test_a_controller_updating_a_users_object_changes_nothing():
     ctx = RequestContext(operation="UPDATE", old_object=stored, namespace="ml",
                          username="system:serviceaccount:kube-system:deployment-controller")
     assert ENGINE.evaluate(incoming, ctx).patch == []
-    # The same update by a user brings the template into shape (a rollout the user asked for).
-    assert update(incoming, stored).mutated_by
+    # The same metadata-only update by a user (kubectl label, annotate) rolls nothing out either:
+    # gpuguard says the workload is not in shape and how to bring it there.
+    by_user = update(incoming, stored)
+    assert by_user.patch == [] and by_user.mutated == incoming and by_user.allowed
+    (warning,) = by_user.warnings
+    assert "not in gpuguard's shape" in warning.message and "gpuguard fix" in warning.fix
+    # A change of its spec brings the template into shape (a rollout the user asked for).
+    changed = copy.deepcopy(incoming)
+    changed["spec"]["replicas"] = 2
+    assert update(changed, stored).mutated_by
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "PyTorchJob", "RayCluster"])
+def test_a_metadata_only_update_never_rewrites_the_pod_template(kind):
+    stored = make(kind, pvc_pod_spec())  # created before gpuguard
+    for edit in ({"labels": {"cost-center": "ml"}}, {"annotations": {"argocd.argoproj.io/tracking-id": "x"}},
+                 {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "u"}]}):
+        incoming = copy.deepcopy(stored)
+        incoming["metadata"].update(edit)
+        decision = update(incoming, stored)
+        assert decision.patch == [] and decision.mutated == incoming
+        assert any("not in gpuguard's shape" in v.message for v in decision.warnings)
 
 
 def test_admin_guide_documents_every_built_in_controller_identity():
