@@ -62,7 +62,7 @@ def _counts(workflow: Any) -> dict[str, int]:
         else:
             last = _last = (key, found)
     if isinstance(last[1], argo.TooLarge):
-        raise last[1]
+        raise argo.TooLarge(*last[1].args)  # a fresh one: re-raising the cached one would grow its traceback
     return last[1]
 
 
