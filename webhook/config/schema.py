@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 
 from gpuguard.policies.base import ConfigModel
 from gpuguard.webhook.custom.model import CustomPolicy
+from gpuguard.workloads import quantity
 from gpuguard.workloads.controllers import parse_group_kind
 
 # The shipped default, found as package data (pyproject's package-data ships it), so it is found
@@ -122,6 +123,23 @@ class NodePool(ConfigModel):
     allocatable: dict[str, str] = Field(default_factory=dict, description="One node's allocatable: cpu, memory, "
                                         "ephemeral-storage and each accelerator resource.")
     max_count: int | None = Field(None, ge=0, description="The most nodes the pool grows to (none: unbounded).")
+
+    @field_validator("allocatable")
+    @classmethod
+    def _quantities(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [f"{k}: {v!r}" for k, v in value.items() if quantity.parse(v) is None]
+        if bad:
+            raise ValueError(f"not Kubernetes quantities: {', '.join(bad)}")
+        return value
+
+    @field_validator("taints")
+    @classmethod
+    def _taints(cls, value: list[dict[str, str]]) -> list[dict[str, str]]:
+        for taint in value:
+            if not taint.get("key") or taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+                raise ValueError(f"a taint needs a key and an effect (NoSchedule, PreferNoSchedule, NoExecute): "
+                                 f"{taint}")
+        return value
 
 
 class Inventory(ConfigModel):
