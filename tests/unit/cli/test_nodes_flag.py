@@ -71,3 +71,22 @@ def test_an_unreadable_nodes_file_is_one_error_line(tmp_path, capsys):
         assert err.startswith("gpuguard: error: --nodes:") and "Traceback" not in err
     assert main(["evaluate", pod, "--nodes", str(tmp_path / "missing.yaml")]) == 2
     assert "--nodes:" in capsys.readouterr().err
+
+
+def test_test_verb_takes_nodes_for_cases_without_their_own(tmp_path, capsys):
+    pod, nodes = _files(tmp_path)
+    case = tmp_path / "suite" / "gke-pod"
+    case.mkdir(parents=True)
+    (case / "input.yaml").write_text(Path(pod).read_text())
+    (case / "expect.yaml").write_text("allowed: true\nmutatedBy: [gpu-node-affinity]\n")
+    (tmp_path / "suite" / "suite.yaml").write_text("only: [gpu-node-affinity]\n")
+    expected = json.loads(json.dumps(POD))
+    expected["metadata"]["annotations"] = {"gpuguard.io/mutated-by": "gpu-node-affinity"}
+    expected["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [GKE_TERM]}]}}}
+    (case / "mutated.yaml").write_text(yaml.safe_dump(expected))
+    assert main(["test", str(tmp_path / "suite"), "--nodes", nodes]) == 0
+    assert main(["test", str(tmp_path / "suite")]) == 1  # without the nodes: only a preferred term
+    (case / "nodes.yaml").write_text(Path(nodes).read_text())
+    assert main(["test", str(tmp_path / "suite")]) == 0  # the case's own nodes.yaml
+    capsys.readouterr()
