@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable
 from decimal import Decimal
 
+import orjson
 from pydantic import Field, field_validator
 
 from gpuguard.policies.base import ConfigModel, CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
@@ -119,8 +120,9 @@ def _node_share(template: PodTemplate, inventory: Inventory, reserve: Size) -> S
     resources = sorted(r for r in template.effective_gpus if "/" in r)
     if not resources or not inventory.known:
         return None
-    key = ("share", tuple((r, template.effective_gpus[r]) for r in resources), repr(template.spec.get("nodeSelector")),
-           repr(template.spec.get("tolerations")), reserve.cpu, reserve.memory, reserve.ephemeral_storage)
+    key = ("share", tuple((r, template.effective_gpus[r]) for r in resources),
+           orjson.dumps((template.spec.get("nodeSelector"), template.spec.get("tolerations")), default=str,
+                        option=orjson.OPT_NON_STR_KEYS), reserve.cpu, reserve.memory, reserve.ephemeral_storage)
     share: Share | None = inventory.memo(key, lambda: _compute_share(template, inventory, reserve, resources))
     return share
 

@@ -21,6 +21,7 @@ it matches no node, and adding an expression would widen it to every accelerator
 
 from __future__ import annotations
 
+import orjson
 from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
@@ -117,7 +118,8 @@ def _from_inventory(template: PodTemplate, inventory: Inventory, hints: list[str
         return False
     node_selector = template.spec.get("nodeSelector")
     terms = _required_terms(template)
-    key = ("affinity", tuple(resources), repr(node_selector), repr(terms))
+    key = ("affinity", tuple(resources), orjson.dumps((node_selector, terms), default=str,
+                                                       option=orjson.OPT_NON_STR_KEYS))
     if inventory.memo(key, lambda: _kept_on_eligible(inventory, resources, node_selector, terms)):
         return False  # the pod's own selection already keeps it on nodes with its accelerator (or on none)
     expression = inventory.selection_for(resources, hints)

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from decimal import Decimal
 from functools import partial
 
+import orjson
 from pydantic import Field
 
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
@@ -138,18 +139,22 @@ def _judge_pod(template: PodTemplate, inventory: Inventory) -> Finding | None:
     return None
 
 
-def _shape_key(template: PodTemplate) -> str:
-    """Everything ``_judge_pod`` reads of a pod, as text (cheaper than reading the quantities)."""
+def _shape_key(template: PodTemplate) -> bytes:
+    """Everything ``_judge_pod`` reads of a pod, as JSON (cheaper than reading the quantities)."""
     spec = template.spec
     if template.adapted or template.ref.container_keys or template.ref.container_lists != POD_CONTAINER_LISTS:
-        return repr((spec, sorted(template.effective_gpus.items())))  # containers not in the usual lists
+        return _json((spec, sorted(template.effective_gpus.items())))  # containers not in the usual lists
     parts = [spec.get(k) for k in ("nodeSelector", "affinity", "tolerations", "resources")]
     for key in ("containers", "initContainers"):
         items = spec.get(key)
         parts.append([(c.get("resources"), c.get("restartPolicy")) if isinstance(c, dict) else c
                       for c in items] if isinstance(items, list) else items)
     parts.append(sorted(template.effective_gpus.items()))
-    return repr(parts)
+    return _json(parts)
+
+
+def _json(value: object) -> bytes:
+    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
 
 
 def _gang(view: WorkloadView, inventory: Inventory) -> Iterator[Finding]:
