@@ -103,6 +103,10 @@ class TrustedControllers:
                     self._edges.setdefault((user, owner, child), (name, mutate))
         self._users = frozenset(users)
 
+    def users(self) -> frozenset[str]:
+        """Every trusted controller identity (the webhook configurations keep their updates away)."""
+        return self._users
+
     def is_controller(self, username: str) -> bool:
         """Whether the requester is a trusted controller at all (whatever the object)."""
         return username in self._users

@@ -10,6 +10,7 @@ never sent to gpuguard at all).
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -158,3 +159,53 @@ def test_stopped_crd_workloads_are_told_apart_by_their_templates(cluster, kind):
         assert "failed calling webhook" in refused.stderr and "gpuguard.io" in refused.stderr
     assert cp.kubectl("get", "pod", "gpu-while-down", "-n", ns, check=False).returncode != 0
     assert cp.kubectl("get", "job", "train-while-down", "-n", ns, check=False).returncode != 0
+
+
+def cpu_statefulset(ns: str, name: str) -> dict:
+    obj = cpu_deployment(ns, name)
+    obj["kind"] = "StatefulSet"
+    obj["spec"]["serviceName"] = name
+    return obj
+
+
+def _gone(cp, *args: str) -> bool:
+    return cp.kubectl("get", *args, check=False).returncode != 0
+
+
+def test_stopped_scaling_of_cpu_workloads_and_deletions_go_on(cluster):
+    """With gpuguard down, kubectl scale (and an HPA) of CPU workloads works, and deletions finish.
+
+    ``kubectl scale`` reaches gpuguard's own ``scale.gpuguard.io`` webhook (failurePolicy Ignore):
+    a Scale has no template to filter on.  Deleting a GPU Job and a namespace needs the job
+    controller's and garbage collector's finalizer-removing UPDATEs, which the matchConditions keep
+    away from gpuguard.
+    """
+    cp, server = cluster
+    server.start()
+    server.register(cp)
+    ns = _namespace(cp)
+    cp.wait_for(lambda: _gpu_pod_mutated(cp, ns), timeout=60, message="gpuguard back in force")
+    for obj in (cpu_deployment(ns, "web"), cpu_statefulset(ns, "db"), gpu_job(ns, "train")):
+        created = _apply(cp, obj)
+        assert created.returncode == 0, created.stderr
+    cp.wait_for(lambda: _pods(cp, ns, "job-name=train"), timeout=90, message="the GPU Job's pod")
+    server.stop()
+    for resource in ("deployment/web", "statefulset/db"):
+        scaled = cp.kubectl("scale", resource, "--replicas=3", "-n", ns, check=False)
+        assert scaled.returncode == 0, scaled.stderr
+    # The HPA's identity reads and updates the scale subresource (its role may get and update */scale only).
+    as_hpa = "--as=system:serviceaccount:kube-system:horizontal-pod-autoscaler"
+    scale = cp.kubectl_json(as_hpa, "get", "deployment", "web", "--subresource=scale", "-n", ns)
+    scale["spec"]["replicas"] = 4
+    hpa = cp.kubectl(as_hpa, "replace", "--raw", f"/apis/apps/v1/namespaces/{ns}/deployments/web/scale", "-f", "-",
+                     input=json.dumps(scale), check=False)
+    assert hpa.returncode == 0, hpa.stderr
+    assert cp.kubectl_json("get", "deployment", "web", "-n", ns)["spec"]["replicas"] == 4
+    assert cp.kubectl_json("get", "statefulset", "db", "-n", ns)["spec"]["replicas"] == 3
+
+    deleted = cp.kubectl("delete", "job", "train", "-n", ns, "--timeout=20s", check=False)
+    assert deleted.returncode == 0, deleted.stderr
+    cp.wait_for(lambda: _gone(cp, "job", "train", "-n", ns) and not _pods(cp, ns, "job-name=train"),
+                timeout=20, interval=0.5, message="the GPU Job and its pod deleted")
+    assert cp.kubectl("delete", "namespace", ns, "--wait=false").returncode == 0
+    cp.wait_for(lambda: _gone(cp, "namespace", ns), timeout=20, interval=0.5, message="the namespace deleted")

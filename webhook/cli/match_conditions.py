@@ -158,3 +158,35 @@ def build_match_conditions(patterns: Iterable[str], scope: CpuScope = _ACCELERAT
     expression = (f"(has(request.subResource) && request.subResource != '') || "
                   f"[{resource}].exists(rk, !(rk in {every}) || {objects})")
     return [{"name": CONDITION_NAME, "expression": expression}]
+
+
+# ---------------------------------------------------------------- blast radius
+
+CONTROLLER_UPDATES = "not-controller-updates"
+METADATA_ONLY_UPDATES = "not-finalizer-only-updates"
+_SUBRESOURCE = "(has(request.subResource) && request.subResource != '')"
+
+
+def blast_radius_conditions(controller_users: Iterable[str]) -> list[dict[str, str]]:
+    """Conditions that keep requests gpuguard would not judge anyway away from it (and from its outages).
+
+    - UPDATEs by trusted controllers (the job controller and garbage collector removing finalizers,
+      the Deployment controller's revision annotation): gpuguard never mutates them and never
+      refuses a controller carrying out what it judged in the parent; with gpuguard down they
+      would hold deleted Jobs' pods and whole namespaces in Terminating.
+    - UPDATEs that change neither spec nor labels, annotations or owners (finalizers,
+      resourceVersion bookkeeping): nothing any policy reads changed.
+
+    Subresource requests (``scale``, also the HPA's) always pass: their object is a Scale.
+    """
+    users = sorted(set(controller_users))
+    same = " && ".join(f"object{f} == oldObject{f}" for f in (
+        ".?spec.orValue(null)", ".metadata.?labels.orValue({})", ".metadata.?annotations.orValue({})",
+        ".metadata.?ownerReferences.orValue([])"))
+    out = [{"name": METADATA_ONLY_UPDATES,
+            "expression": f"request.operation != 'UPDATE' || {_SUBRESOURCE} || oldObject == null || !({same})"}]
+    if users:
+        out.insert(0, {"name": CONTROLLER_UPDATES,
+                       "expression": f"request.operation != 'UPDATE' || {_SUBRESOURCE} || "
+                                     f"!(request.userInfo.username in {_list(users)})"})
+    return out

@@ -12,6 +12,7 @@ import argparse
 import base64
 import re
 import sys
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,6 +23,8 @@ MUTATE_PATH = "/mutate"
 VALIDATE_PATH = "/validate"
 MUTATE_WEBHOOK_NAME = "mutate.gpuguard.io"
 VALIDATE_WEBHOOK_NAME = "validate.gpuguard.io"
+# ``kubectl scale`` and autoscalers: a webhook of its own, with its own failure policy (see below).
+SCALE_WEBHOOK_NAME = "scale.gpuguard.io"
 DEFAULT_TIMEOUT_SECONDS = 10
 MAX_TIMEOUT_SECONDS = 30  # the apiserver rejects larger values
 FAILURE_POLICIES = ("Fail", "Ignore")
@@ -36,6 +39,22 @@ _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 class WebhookConfigError(ValueError):
     """Invalid generator input, reported to the user as one line."""
+
+
+def scale_rules() -> list[dict[str, Any]]:
+    """UPDATE of the ``scale`` subresource of every kind that has one (``KindSpec.scale_replicas``)."""
+    rules = []
+    for rule in build_rules(["UPDATE"], scale=True):
+        scales = [r for r in rule["resources"] if r.endswith("/scale")]
+        if scales:
+            rules.append({**rule, "resources": scales})
+    return rules
+
+
+def _shipped_controller_users() -> frozenset[str]:
+    from gpuguard.webhook.config import load_config
+
+    return load_config(None).controllers.users()
 
 
 def build_rules(operations: list[str], scale: bool = False) -> list[dict[str, Any]]:
@@ -118,6 +137,8 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
     namespace: str = "gpuguard",
     port: int = 443,
     match_conditions: list[dict[str, str]] | None = None,
+    controller_users: Iterable[str] | None = None,
+    scale_failure_policy: str = "Ignore",
 ) -> list[dict[str, Any]]:
     """The MutatingWebhookConfiguration and ValidatingWebhookConfiguration, as dicts.
 
@@ -126,10 +147,21 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
     ``None`` the field is left out so that ``certs inject`` or cert-manager's cainjector can
     own it (an empty value in applied manifests would be reset on every ``kubectl apply``).
     ``namespace`` is gpuguard's own namespace, excluded from interception.  ``match_conditions``
-    (default: :func:`match_conditions` of the shipped config) keep CPU-only objects away.
+    (default: :func:`match_conditions` of the shipped config) keep CPU-only objects away;
+    ``controller_users`` (default: the shipped trusted controllers) and finalizer-only updates are
+    kept away too (``blast_radius_conditions``).  ``kubectl scale`` is judged by a webhook of its
+    own, ``scale.gpuguard.io``, with ``scale_failure_policy`` (default Ignore): a Scale carries no
+    template to filter on, so under Fail an outage would stop scaling of every CPU workload; what is
+    scaled past a cap meanwhile is what ``gpuguard audit --cluster`` reports.
     """
     _validate(url, service, port, failure_policy, timeout_seconds, namespace)
+    if scale_failure_policy not in FAILURE_POLICIES:
+        raise WebhookConfigError(f"--scale-failure-policy must be one of {', '.join(FAILURE_POLICIES)}")
     conditions = match_conditions_for(None) if match_conditions is None else match_conditions
+    from gpuguard.webhook.cli.match_conditions import blast_radius_conditions
+
+    users = _shipped_controller_users() if controller_users is None else controller_users
+    conditions = [*conditions, *blast_radius_conditions(users)]
     excluded = [*SYSTEM_NAMESPACES, *([namespace] if namespace not in SYSTEM_NAMESPACES else [])]
     namespace_selector = {
         "matchExpressions": [
@@ -138,13 +170,14 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
     }
     labels = {"app.kubernetes.io/name": "gpuguard", "app.kubernetes.io/component": "webhook"}
 
-    def webhook(hook_name: str, path: str, operations: list[str], scale: bool) -> dict[str, Any]:
+    def webhook(hook_name: str, path: str, operations: list[str], scale: bool | None,
+                policy: str = failure_policy) -> dict[str, Any]:
         return {
             "name": hook_name,
             "admissionReviewVersions": ["v1"],
             "clientConfig": _client_config(path, url, service, port, ca_bundle),
-            "rules": build_rules(operations, scale),
-            "failurePolicy": failure_policy,
+            "rules": scale_rules() if scale is None else build_rules(operations, scale),
+            "failurePolicy": policy,
             "matchPolicy": "Equivalent",
             "namespaceSelector": namespace_selector,
             "sideEffects": "None",
@@ -158,7 +191,8 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
     # Mutations are idempotent, so being called again after a later webhook changed the pod is safe
     # and lets gpuguard see (and fix) what that webhook added.
     mutating["reinvocationPolicy"] = "IfNeeded"
-    validating = webhook(VALIDATE_WEBHOOK_NAME, VALIDATE_PATH, ["CREATE", "UPDATE"], scale=True)
+    validating = webhook(VALIDATE_WEBHOOK_NAME, VALIDATE_PATH, ["CREATE", "UPDATE"], scale=False)
+    scaling = webhook(SCALE_WEBHOOK_NAME, VALIDATE_PATH, ["UPDATE"], scale=None, policy=scale_failure_policy)
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
@@ -170,7 +204,7 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": name, "labels": dict(labels)},
-            "webhooks": [validating],
+            "webhooks": [validating, scaling],
         },
     ]
 
@@ -211,8 +245,9 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
-def _conditions_or_error(config_path: str | None) -> list[dict[str, str]]:
-    """matchConditions for the CLI; says on stderr why there are none when a policy needs every object."""
+def _conditions_or_error(config_path: str | None) -> tuple[list[dict[str, str]], frozenset[str]]:
+    """matchConditions and trusted controller identities for the CLI; says on stderr why there are no
+    accelerator conditions when a policy needs every object."""
     from gpuguard.webhook.cli.match_conditions import build_match_conditions, cpu_scope
     from gpuguard.webhook.config import ConfigError, load_config
 
@@ -224,7 +259,7 @@ def _conditions_or_error(config_path: str | None) -> list[dict[str, str]]:
     if scope.everything:
         print(f"gpuguard: note: no matchConditions, every intercepted object reaches the webhook: {scope.reason}",
               file=sys.stderr)
-    return build_match_conditions(accelerator_resource_patterns(config), scope)
+    return build_match_conditions(accelerator_resource_patterns(config), scope), config.controllers.users()
 
 
 def cmd_webhook_config(args: argparse.Namespace) -> int:
@@ -240,11 +275,12 @@ def cmd_webhook_config(args: argparse.Namespace) -> int:
         if args.url is not None and args.port is not None:
             raise WebhookConfigError("--port applies to --service only; put the port in --url")
         namespace = args.namespace or (args.service[0] if args.service else "gpuguard")
-        conditions = _conditions_or_error(args.config)
+        conditions, controllers = _conditions_or_error(args.config)
         documents = build_webhook_configurations(
             url=args.url, service=args.service, ca_bundle=ca_bundle, name=args.name,
             failure_policy=args.failure_policy, timeout_seconds=args.timeout, namespace=namespace,
             port=args.port if args.port is not None else 443, match_conditions=conditions,
+            controller_users=controllers, scale_failure_policy=args.scale_failure_policy,
         )
     except WebhookConfigError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
@@ -270,6 +306,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--name", default="gpuguard", help="name of both configurations (default gpuguard)")
     parser.add_argument("--failure-policy", choices=FAILURE_POLICIES, default="Fail",
                         help="what the apiserver does when gpuguard can't answer (default Fail)")
+    parser.add_argument("--scale-failure-policy", choices=FAILURE_POLICIES, default="Ignore",
+                        help="the same for `kubectl scale` and autoscalers (webhook scale.gpuguard.io; default "
+                             "Ignore: a Scale has no template, so Fail would stop CPU scaling during an outage)")
     parser.add_argument("--timeout", type=_int, default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
                         help=f"timeoutSeconds, 1-{MAX_TIMEOUT_SECONDS} (default {DEFAULT_TIMEOUT_SECONDS})")
     parser.add_argument("--namespace", metavar="NS",

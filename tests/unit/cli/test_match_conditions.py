@@ -129,7 +129,9 @@ def test_cli_says_why_it_emits_no_conditions(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(HEADER + "policies:\n  job-ttl: {gpuOnly: false}\n")
     result = run_cli("webhook-config", "--service", "gpuguard/gpuguard", "--config", str(config))
-    assert result.returncode == 0 and "matchConditions" not in result.stdout
+    # Only the accelerator filter goes; controllers' and finalizer-only updates are still kept away.
+    assert result.returncode == 0 and "accelerator-objects" not in result.stdout
+    assert "not-controller-updates" in result.stdout
     assert result.stderr.strip() == ("gpuguard: note: no matchConditions, every intercepted object reaches the "
                                      "webhook: job-ttl is configured to act on CPU objects")
     shipped = run_cli("webhook-config", "--service", "gpuguard/gpuguard")

@@ -22,7 +22,10 @@ def _build(**kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _hook(config: dict[str, Any]) -> dict[str, Any]:
-    assert len(config["webhooks"]) == 1
+    """The object webhook (the validating configuration's second one judges ``scale`` apart)."""
+    expected = [wc.MUTATE_WEBHOOK_NAME] if config["kind"].startswith("Mutating") else [
+        wc.VALIDATE_WEBHOOK_NAME, wc.SCALE_WEBHOOK_NAME]
+    assert [h["name"] for h in config["webhooks"]] == expected
     return config["webhooks"][0]
 
 
@@ -237,6 +240,22 @@ def test_scale_subresources_are_validated_not_mutated() -> None:
     mutating, validating = _build()
     scaled = {s.plural for s in KINDS if s.scale_replicas}
     assert scaled >= {"deployments", "statefulsets", "replicasets", "leaderworkersets"}
-    validated = {r for rule in _hook(validating)["rules"] for r in rule["resources"]}
-    assert {f"{p}/scale" for p in scaled} <= validated
-    assert not any(r.endswith("/scale") for rule in _hook(mutating)["rules"] for r in rule["resources"])
+    scale_hook = validating["webhooks"][1]
+    assert scale_hook["name"] == wc.SCALE_WEBHOOK_NAME and scale_hook["failurePolicy"] == "Ignore"
+    assert {r for rule in scale_hook["rules"] for r in rule["resources"]} == {f"{p}/scale" for p in scaled}
+    assert all(rule["operations"] == ["UPDATE"] for rule in scale_hook["rules"])
+    for hook in (_hook(mutating), _hook(validating)):  # objects only: a CPU workload's scale never waits on Fail
+        assert not any(r.endswith("/scale") for rule in hook["rules"] for r in rule["resources"])
+    assert _build(scale_failure_policy="Fail")[1]["webhooks"][1]["failurePolicy"] == "Fail"
+
+
+def test_controller_and_finalizer_only_updates_are_kept_away() -> None:
+    from gpuguard.webhook.cli.match_conditions import CONTROLLER_UPDATES, METADATA_ONLY_UPDATES
+
+    mutating, validating = _build(controller_users=["system:serviceaccount:kube-system:job-controller"])
+    for hook in (*mutating["webhooks"], *validating["webhooks"]):
+        conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
+        assert "'system:serviceaccount:kube-system:job-controller'" in conditions[CONTROLLER_UPDATES]
+        assert "request.subResource" in conditions[CONTROLLER_UPDATES]  # an HPA's scale is still judged
+        for field in ("spec", "labels", "annotations", "ownerReferences"):
+            assert field in conditions[METADATA_ONLY_UPDATES]

@@ -216,7 +216,8 @@ def test_base_webhooks_call_the_service_and_leave_ca_bundle_to_injection() -> No
     objects = render(BASE)
     for kind, path in (("MutatingWebhookConfiguration", "/mutate"),
                        ("ValidatingWebhookConfiguration", "/validate")):
-        (hook,) = one(objects, kind, "gpuguard")["webhooks"]
+        hook, *scale = one(objects, kind, "gpuguard")["webhooks"]
+        assert [h["failurePolicy"] for h in scale] == (["Ignore"] if kind.startswith("Validating") else [])
         assert hook["clientConfig"] == {
             "service": {"namespace": "gpuguard", "name": "gpuguard", "path": path, "port": 443}}
         assert hook["failurePolicy"] == "Fail"
@@ -252,9 +253,9 @@ def test_cert_manager_overlay() -> None:
 def test_dev_overlay() -> None:
     objects = render(DEPLOY / "overlays" / "dev")
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        (hook,) = one(objects, kind)["webhooks"]
-        assert hook["failurePolicy"] == "Ignore"
-        assert hook["timeoutSeconds"] <= 10
+        for hook in one(objects, kind)["webhooks"]:
+            assert hook["failurePolicy"] == "Ignore"
+            assert hook["timeoutSeconds"] <= 10
     assert one(objects, "Deployment")["spec"]["replicas"] == 1
     assert not of_kind(objects, "PodDisruptionBudget")
     assert len(of_kind(objects, "PriorityClass")) == 3

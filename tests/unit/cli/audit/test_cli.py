@@ -21,6 +21,7 @@ CHANGED = str(M / "training" / "jobset-gpt.yaml")  # mutated, but nothing to war
 DENIED = str(M / "training" / "bert-pretrain-job.yaml")
 WARNED = str(M / "inference" / "vllm-deployment-spot.yaml")
 BROKEN = str(M / "invalid" / "broken-stream.yaml")
+SERVING = str(ROOT / "tests" / "fixtures" / "configs" / "serving-grants.yaml")  # inference granted
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -40,7 +41,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     ((CLEAN, DENIED, BROKEN), 2),  # 2 wins over 1
 ])
 def test_exit_codes(capsys, args: tuple[str, ...], expected: int) -> None:
-    code, out, err = run(capsys, "audit", *args, "--format", "json")
+    code, out, err = run(capsys, "audit", *args, "--format", "json", "--config", SERVING)
     assert code == expected
     assert json.loads(out)["summary"]["exitCode"] == expected
     assert "Traceback" not in err
