@@ -96,10 +96,24 @@ def configure(level: str = "info") -> None:
     logging.config.dictConfig(uvicorn_log_config(level))
 
 
+# A request field is the requester's text (a 2 MB uid, a name, a user): each is logged at most this long.
+MAX_LOGGED_FIELD = 256
+
+
+def capped(value: Any) -> Any:
+    """``value`` with every string in it (lists too) cut to ``MAX_LOGGED_FIELD`` characters."""
+    if isinstance(value, str) and len(value) > MAX_LOGGED_FIELD:
+        return value[: MAX_LOGGED_FIELD - 1] + "…"
+    if isinstance(value, list):
+        return [capped(v) for v in value[:64]]
+    return value
+
+
 def log_review(**fields: Any) -> None:
-    """Emit the one line a review produces; callers pass only envelope-derived fields."""
+    """Emit the one line a review produces; callers pass only envelope-derived fields, each size-capped."""
     # Nested under "fields": LogRecord refuses extras that shadow its own attributes ("name").
-    logging.getLogger(REVIEW_LOGGER).info("admission review", extra={"fields": fields})
+    logging.getLogger(REVIEW_LOGGER).info("admission review",
+                                          extra={"fields": {k: capped(v) for k, v in fields.items()}})
 
 
 def server_logger() -> logging.Logger:

@@ -122,3 +122,16 @@ def test_a_scale_of_a_workload_that_cant_be_read_is_refused():
                    "spec": {"replicas": 40}}, "UPDATE", sub_resource="scale")
     body["request"]["resource"] = {"group": "apps", "version": "v1", "resource": "deployments"}
     _denied_saying(_ask("/validate", body), "cannot read the scaled deployments")
+
+
+def test_logged_request_fields_are_size_capped(caplog):
+    import logging
+
+    body = review(gpu_job(), uid="u" * 2_000_000)  # under the 3 MiB body limit
+    body["request"]["userInfo"] = {"username": "x" * 100_000, "groups": ["g" * 1_000] * 500}
+    with caplog.at_level(logging.INFO):
+        _ask("/validate", body)
+    (record,) = [r for r in caplog.records if r.getMessage() == "admission review"]
+    fields = record.fields  # type: ignore[attr-defined]
+    assert len(fields["uid"]) == 256 and len(fields["user"]) == 256
+    assert len(orjson.dumps(fields)) < 20_000
