@@ -76,6 +76,7 @@ def test_base_has_every_object() -> None:
         ("Namespace", "gpuguard"), ("ServiceAccount", "gpuguard"), ("ClusterRole", "gpuguard"),
         ("ClusterRoleBinding", "gpuguard"), ("ResourceQuota", "gpuguard-critical-pods"),
         ("ConfigMap", "gpuguard-config"), ("Deployment", "gpuguard"), ("PodDisruptionBudget", "gpuguard"),
+        ("NetworkPolicy", "gpuguard"),
         ("Service", "gpuguard"), ("MutatingWebhookConfiguration", "gpuguard"),
         ("ValidatingWebhookConfiguration", "gpuguard"), ("PriorityClass", "inference-critical"),
         ("PriorityClass", "training-standard"), ("PriorityClass", "notebook-dev"),
@@ -282,3 +283,17 @@ def test_dockerfile_runs_gpuguard_as_non_root() -> None:
     assert 'ENTRYPOINT ["gpuguard"]' in lines
     deployment_uid = 10001
     assert user[-1].split()[1].split(":")[0] == str(deployment_uid)
+
+
+def test_network_policy_opens_only_the_webhook_port_and_the_api() -> None:
+    objects = render(BASE)
+    policy = one(objects, "NetworkPolicy", "gpuguard")
+    pod_labels = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()  # it selects gpuguard's pods
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = policy["spec"]["ingress"]
+    container = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": p["containerPort"]} for p in container["ports"]]
+    egress_ports = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+    assert egress_ports == {443, 6443, 53}
