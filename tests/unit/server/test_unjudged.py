@@ -10,6 +10,8 @@ controller's request is never refused for it.
 
 from __future__ import annotations
 
+import logging
+
 import orjson
 import pytest
 
@@ -124,14 +126,30 @@ def test_a_scale_of_a_workload_that_cant_be_read_is_refused():
     _denied_saying(_ask("/validate", body), "cannot read the scaled deployments")
 
 
-def test_logged_request_fields_are_size_capped(caplog):
-    import logging
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_logged_request_fields_are_size_capped():
+    from gpuguard.webhook.server.logs import REVIEW_LOGGER
 
     body = review(gpu_job(), uid="u" * 2_000_000)  # under the 3 MiB body limit
     body["request"]["userInfo"] = {"username": "x" * 100_000, "groups": ["g" * 1_000] * 500}
-    with caplog.at_level(logging.INFO):
+    logger, seen = logging.getLogger(REVIEW_LOGGER), _Records()  # its own handler: other tests set up logging
+    level = logger.level
+    logger.addHandler(seen)
+    logger.setLevel(logging.INFO)
+    try:
         _ask("/validate", body)
-    (record,) = [r for r in caplog.records if r.getMessage() == "admission review"]
+    finally:
+        logger.removeHandler(seen)
+        logger.setLevel(level)
+    (record,) = [r for r in seen.records if r.getMessage() == "admission review"]
     fields = record.fields  # type: ignore[attr-defined]
     assert len(fields["uid"]) == 256 and len(fields["user"]) == 256
     assert len(orjson.dumps(fields)) < 20_000
