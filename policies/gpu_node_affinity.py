@@ -61,19 +61,7 @@ def _add_to_every_term(template: PodTemplate, expression: dict) -> bool:
 
 
 def _prefer(template: PodTemplate, key: str, values: list[str], weight: int) -> bool:
-    affinity = child_dict(template.spec, "affinity")
-    node_affinity = child_dict(affinity, "nodeAffinity")
-    preferred = child_list(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution")
-    if preferred is None:
-        return False
-    for _, entry in dicts(preferred):
-        pref = entry.get("preference")
-        exprs = pref.get("matchExpressions") if isinstance(pref, dict) else None
-        if any(e.get("key") == key for _, e in dicts(exprs)):
-            return False
-    preferred.append({"weight": weight, "preference": {"matchExpressions": [
-        {"key": key, "operator": "In", "values": list(values)}]}})
-    return True
+    return _prefer_expression(template, {"key": key, "operator": "In", "values": list(values)}, weight)
 
 
 def _negations(view: WorkloadView) -> list[dict]:
