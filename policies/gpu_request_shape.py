@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
+from fnmatch import fnmatchcase
 
 from pydantic import Field
 
@@ -30,6 +31,9 @@ class Settings(PolicySettings):
     max_gpus_per_workload: int | None = Field(64, ge=1, description="GPUs one workload may ask for in all.")
     max_cpu_per_node: str | None = Field(None, description="Allocatable CPU of the largest GPU node.")
     max_memory_per_node: str | None = Field(None, description="Allocatable memory of the largest GPU node.")
+    daemon_set_namespaces: list[str] = Field(
+        default_factory=list, description="Namespace names or globs where a DaemonSet may ask for accelerators "
+        "(it holds them on every node it lands on); none by default.")
 
 
 def _when(view: WorkloadView) -> str:
@@ -114,6 +118,8 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                           f"{template.gpus_per_pod} accelerator(s) each: the workload can take every free GPU",
                           f"set {dotted(template.ref.unbounded)}", template.ref.role,
                           advisory=settings.max_gpus_per_workload is None)
+    if view.kind.per_node and view.gpu_templates:
+        yield from _daemon_set_namespace(view, settings)
     total = view.total_gpus
     if view.kind.per_node and view.inventory.known:
         yield from _per_node_total(view, settings)
@@ -122,6 +128,22 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
         yield Finding(("spec",), f"the workload asks for {total} accelerators in all, over the limit of "
                       f"{settings.max_gpus_per_workload} per workload: its pods would pend on quota",
                       "lower replicas or accelerators per pod, or ask the platform team for a larger limit")
+
+
+def _daemon_set_namespace(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
+    """A GPU DaemonSet takes devices on every node it lands on: only where the admin chose to allow that.
+
+    The namespace is where the object is stored; offline, one without ``metadata.namespace`` is judged
+    as ``default`` (where kubectl would put it without ``-n``).
+    """
+    namespace = view.namespace or "default"
+    if any(fnmatchcase(namespace, pattern) for pattern in settings.daemon_set_namespaces):
+        return
+    allowed = ", ".join(settings.daemon_set_namespaces) or "none"
+    yield Finding(("spec",), f"a {view.kind.kind} asking for accelerators holds them on every node it lands on, "
+                  f"and namespace {namespace} is not one where that is allowed (allowed: {allowed})",
+                  "run it as a Deployment or Job sized to what it needs, or ask the platform team to add the "
+                  "namespace to gpu-request-shape's daemonSetNamespaces")
 
 
 def _per_node_total(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
@@ -167,7 +189,8 @@ POLICY = ValidatingPolicy(
     description="Whole units, requests equal to limits (caught on CRDs too, where the apiserver does not check), at "
     "most the largest eligible node's devices per pod with a node inventory, else the profile's `maxPerNode` "
     "(NVIDIA 8, Neuron 16, TPU 8; native sidecars and DRA claims counted as the kubelet does) and a total per "
-    "workload (64), optionally node CPU/memory; warns about DRA claims it cannot "
+    "workload (64; a DaemonSet counts one pod per node it can land on), optionally node CPU/memory; GPU "
+    "DaemonSets only in the namespaces `daemonSetNamespaces` lists; warns about DRA claims it cannot "
     "resolve.",
     rationale="A request no node can satisfy pends forever; a bad template in a PyTorchJob fails pod by pod "
     "while the pods that did start hold GPUs idle.",

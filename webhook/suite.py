@@ -35,7 +35,7 @@ from gpuguard.webhook.config import Config, ConfigError, PolicySet, load_config
 from gpuguard.webhook.decision import Decision, RequestContext, Violation
 from gpuguard.webhook.engine.core import Engine
 from gpuguard.webhook.engine.patch import make_patch
-from gpuguard.webhook.manifests import UNREADABLE, ManifestError, load, parse_values, read_text
+from gpuguard.webhook.manifests import TOO_LARGE, UNREADABLE, ManifestError, load, parse_values, read_text
 from gpuguard.webhook.objects import StaticLookup
 from gpuguard.workloads import inventory
 from gpuguard.workloads.inventory import Inventory
@@ -176,6 +176,9 @@ class CaseResult:
     error: str | None = None
     mismatches: list[str] = field(default_factory=list)
     decision: Decision | None = None
+    # A case file could not be read at all (a FIFO, a device, an oversize file, an alias bomb):
+    # not a finding about gpuguard but bad input, which ``gpuguard test`` exits 2 for.
+    unreadable: bool = False
 
     @property
     def passed(self) -> bool:
@@ -185,11 +188,15 @@ class CaseResult:
 class _CaseFileError(Exception):
     """A case file that cannot be used; the message names the file."""
 
+    def __init__(self, message: str, unreadable: bool = False) -> None:
+        super().__init__(message)
+        self.unreadable = unreadable
+
 
 def _read_yaml(path: Path, required: bool = True) -> Any:
     """The one document of a case file, read as ``gpuguard evaluate`` reads manifests (JSON rules for JSON,
     timestamps kept as strings), or ``None`` for a missing optional file."""
-    if not path.is_file():
+    if not path.exists():  # a FIFO or device is there, and refused by read_text
         if required:
             raise _CaseFileError(f"{path.name} is missing")
         return None
@@ -197,7 +204,7 @@ def _read_yaml(path: Path, required: bool = True) -> Any:
         _source, text = read_text(str(path))
         docs = parse_values(text, str(path))
     except ManifestError as exc:
-        raise _CaseFileError(f"{exc.location}: {_reading(exc)}") from None
+        raise _CaseFileError(f"{exc.location}: {_reading(exc)}", _unusable(exc.error.kind)) from None
     if len(docs) != 1:
         raise _CaseFileError(f"{path}: expected one YAML document, found {len(docs)}")
     # JSON round trip: what the apiserver would send (non-string keys become strings), so comparisons are fair.
@@ -205,6 +212,10 @@ def _read_yaml(path: Path, required: bool = True) -> Any:
         return orjson.loads(orjson.dumps(docs[0], option=orjson.OPT_NON_STR_KEYS))
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise _CaseFileError(f"{path}: not representable as JSON: {exc}") from None
+
+
+def _unusable(kind: str) -> bool:
+    return kind in (UNREADABLE, TOO_LARGE)
 
 
 def _reading(exc: ManifestError) -> str:
@@ -273,12 +284,12 @@ def _engine(path: str | None, only: tuple[str, ...] | None) -> Engine | str:
 def _objects(case: Case) -> StaticLookup | None:
     """The case's ``objects.yaml``: what its input may name and the engine may look up (Lists flattened)."""
     path = case.path / OBJECTS
-    if not path.is_file():
+    if not path.exists():
         return None
     docs = list(load([str(path)]))
     broken = next((d for d in docs if d.error), None)
     if broken is not None and broken.error is not None:
-        raise _CaseFileError(f"{OBJECTS}: {broken.location}: {broken.error.message}")
+        raise _CaseFileError(f"{OBJECTS}: {broken.location}: {broken.error.message}", _unusable(broken.error.kind))
     return StaticLookup(d.obj for d in docs)
 
 
@@ -300,13 +311,23 @@ def _nodes(case: Case, engine: Engine, default: Inventory | None) -> Engine:
     A new engine: the cached one stays without nodes.
     """
     path = case.path / NODES
-    if not path.is_file():
+    if not path.exists():
         return engine if default is None else Engine(engine.config, engine.claims, default)
     try:
         nodes = read_nodes(str(path))
     except ManifestError as exc:
-        raise _CaseFileError(f"{NODES}: {exc}") from None
+        raise _CaseFileError(f"{NODES}: {exc}", _unusable(exc.error.kind)) from None
     return Engine(engine.config, engine.claims, nodes)
+
+
+def _stored_under(request: Request, obj: Any) -> Request:
+    """An object with its own ``metadata.namespace`` is reviewed in it (the apiserver refuses a request
+    for another namespace), unless the case sets ``request.namespace``."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    if request.namespace is not None or not isinstance(namespace, str) or not namespace:
+        return request
+    return request.model_copy(update={"namespace": namespace})
 
 
 def _context(request: Request, old: Any, objects: StaticLookup | None = None) -> RequestContext:
@@ -362,7 +383,7 @@ def _check(case: Case, result: CaseResult, nodes: Inventory | None = None) -> No
         raise _CaseFileError(engine)
 
     engine = _nodes(case, engine, nodes)
-    ctx = _context(request, old, _objects(case))
+    ctx = _context(_stored_under(request, obj), old, _objects(case))
     decision = engine.evaluate(obj, ctx)
     result.decision = decision
     mismatches = result.mismatches
@@ -400,6 +421,7 @@ def run_case(case: Case, nodes: Inventory | None = None) -> CaseResult:
         _check(case, result, nodes)
     except _CaseFileError as exc:
         result.error = str(exc)
+        result.unreadable = exc.unreadable
         result.mismatches.clear()
     return result
 

@@ -262,6 +262,7 @@ class WorkloadView:
     # template's own value before, or _ABSENT).
     inherited: list[tuple[PodTemplate, str, Any, Any]] = field(default_factory=list)
     inventory: Inventory = EMPTY_INVENTORY  # the cluster's node groups and pools (empty: profiles only)
+    namespace: str | None = None  # where the object is stored (the request's namespace in the webhook)
 
     @property
     def name(self) -> str:
@@ -388,7 +389,8 @@ def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_c
         if spec.get("resourceClaims"):
             attach_claims(template, namespace, accelerators, claims)
         templates.append(template)
-    return WorkloadView(obj, kind, workload_class, templates, kind_class or workload_class, accelerators, inherited)
+    return WorkloadView(obj, kind, workload_class, templates, kind_class or workload_class, accelerators, inherited,
+                        namespace=namespace)
 
 
 def _containers(obj: dict, ref: TemplateRef, spec: dict, accelerators: Accelerators) -> list[Container]:

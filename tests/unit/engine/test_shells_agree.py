@@ -108,7 +108,9 @@ def _config_args(config: Path | None, nodes: Path | None = None) -> list[str]:
 
 def by_engine(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path, nodes: Path | None) -> Answer:
     engine = Engine(load_config(config), nodes=suite.read_nodes(str(nodes)) if nodes else None)
-    decision = engine.evaluate(obj, RequestContext(namespace=NAMESPACE, read_object=StaticLookup(objects)))
+    # The apiserver stores an object under its own metadata.namespace (the request's namespace).
+    namespace = obj.get("metadata", {}).get("namespace", NAMESPACE)
+    decision = engine.evaluate(obj, RequestContext(namespace=namespace, read_object=StaticLookup(objects)))
     return Answer(decision.allowed, tuple(sorted(v.policy for v in decision.denials)),
                   tuple(sorted(v.policy for v in decision.warnings)), decision.mutated)
 
