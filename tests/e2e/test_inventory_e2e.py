@@ -5,7 +5,9 @@ Node objects are created with the providers' documented labels and taints, their
 are applied as the ordinary user ``alice``: a GPU pod gets the label the GKE nodes carry and no
 NVIDIA one, a pod asking more GPUs than the largest node is denied naming it, a PyTorchJob whose
 pods must run together and ask more GPUs than the cluster has is denied at apply, and a larger
-node lets the same manifest through within seconds, with no restart.
+node lets the same manifest through within seconds, with no restart.  A GPU DaemonSet is denied
+outside the namespaces the config allows, and inside them its total is its pod's GPUs times the
+nodes it can land on.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ NODES = [
           {"cpu": "127", "memory": "480Gi", "pods": "110", "aws.amazon.com/neuron": "16"},
           [{"key": "aws.amazon.com/neuron", "effect": "NoSchedule"}]),
 ]
+# GPU DaemonSets are allowed only in these namespaces (gpu-request-shape's daemonSetNamespaces).
+DS_NAMESPACES = "inv-ds-*"
 # A DGX-2-class node (16 GPUs) with NVIDIA's GPU Operator: added during the test.
 LARGER = _node("dgx2-0", {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "Tesla-V100-SXM3-32GB",
                           "nvidia.com/gpu.count": "16"},
@@ -81,6 +85,8 @@ def cluster(tmp_path_factory) -> Iterator[ControlPlane]:
         config = DEFAULT_CONFIG.read_text().replace("  checkpoint-volume:\n    action: enforce",
                                                     "  checkpoint-volume:\n    action: \"off\"")
         assert "action: \"off\"" in config
+        config = config.replace("    # daemonSetNamespaces: []", f"    daemonSetNamespaces: [{DS_NAMESPACES}]")
+        assert DS_NAMESPACES in config
         server = GpuguardServer(tmp_path_factory.mktemp("gpuguard-nodes"), config, kubeconfig=cp.kubeconfig,
                                 extra_args=("--node-inventory",))
         server.start()
@@ -182,3 +188,57 @@ def test_a_gang_larger_than_the_cluster_is_denied_at_apply(cluster):
     assert "[schedulable]" in result.stderr and "must run together and ask 40 nvidia.com/gpu in all" in result.stderr
     fits = _apply(cp, pytorchjob(ns, 0, 8))  # one pod of 8: fits the H100 node
     assert fits.returncode == 0, fits.stderr
+
+
+# Nine a3-highgpu-8g nodes (8 H100s each) in a pool of their own, tainted so that only pods
+# tolerating the pool land there: the other tests' pods can't, so their decisions don't change.
+DS_TAINT = [*GKE_TAINT, {"key": "example.com/agents", "value": "only", "effect": "NoSchedule"}]
+DS_NODES = [_node(f"gke-agents-{i}", {"cloud.google.com/gke-nodepool": "agents-pool",
+                                      "cloud.google.com/gke-accelerator": "nvidia-h100-80gb",
+                                      "node.kubernetes.io/instance-type": "a3-highgpu-8g"},
+                  {"cpu": "207", "memory": "1830Gi", "pods": "110", "nvidia.com/gpu": "8"}, DS_TAINT)
+            for i in range(9)]
+
+
+def daemonset(ns: str, gpus: int) -> dict:
+    labels = {"app": "gpu-agent"}
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "gpu-agent", "namespace": ns},
+            "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+                "nodeSelector": {"cloud.google.com/gke-nodepool": "agents-pool"},
+                "tolerations": [{"key": "example.com/agents", "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "agent", "image": "ghcr.io/example/agent:1",
+                                "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}}
+
+
+def test_a_gpu_daemonsets_total_counts_its_nodes(cluster):
+    cp = cluster
+    outside = namespace(cp)  # inv-…: not in daemonSetNamespaces
+    denied = _apply(cp, daemonset(outside, 1))
+    assert denied.returncode != 0
+    assert "[gpu-request-shape]" in denied.stderr and f"namespace {outside} is not one where that is allowed" \
+        in denied.stderr and "daemonSetNamespaces" in denied.stderr, denied.stderr
+
+    ns = f"inv-ds-{uuid.uuid4().hex[:8]}"
+    cp.kubectl("create", "namespace", ns)
+    cp.kubectl("create", "rolebinding", "alice-edit", "--clusterrole=edit", f"--user={USER}", "-n", ns)
+    try:
+        for node in DS_NODES:
+            _add(cp, node)
+        over = daemonset(ns, 8)  # 8 GPUs on each of the 9 pool nodes: 72, over the 64 per workload
+        last: list[str] = []
+
+        def counted() -> bool:
+            result = _apply(cp, over, "--dry-run=server")
+            last[:] = [result.stderr]
+            return "on each of the 9 nodes" in result.stderr
+
+        cp.wait_for(counted, timeout=20, interval=0.5, message="the nine pool nodes in the inventory")
+        assert "[gpu-request-shape]" in last[0]
+        assert "one pod on each of the 9 nodes it can land on asks for 72 accelerators in all, over the limit " \
+               "of 64 per workload" in last[0], last[0]
+        within = _apply(cp, daemonset(ns, 7))  # 7 x 9 = 63
+        assert within.returncode == 0, within.stderr
+        assert cp.kubectl_json("get", "daemonset", "gpu-agent", "-n", ns)["spec"]["template"]["spec"][
+            "containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "7"
+    finally:
+        cp.kubectl("delete", "node", *(obj["metadata"]["name"] for obj, _ in DS_NODES), "--wait=false", check=False)
