@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from typing import IO, Any
 
 import orjson
 import yaml
+
+from gpuguard.webhook.config.yaml_lines import expansion_problem
 
 STDIN = "-"
 STDIN_NAME = "<stdin>"
@@ -30,6 +33,17 @@ UNREADABLE = "unreadable"
 INVALID_YAML = "invalid-yaml"
 INVALID_JSON = "invalid-json"
 NOT_KUBERNETES = "not-kubernetes"
+TOO_LARGE = "too-large"
+
+# Hostile or mistaken inputs must end in a clear error within seconds and bounded memory: a file
+# (or stdin) beyond MAX_FILE_BYTES is refused unread, and a document whose YAML aliases expand
+# to more than MAX_ALIAS_NODES nodes beyond those written out ("billion laughs": 600 bytes can
+# stand for billions of nodes) is refused before anything walks or copies it.  Aliases that
+# repeat a block a few times cost nothing; documents written out in full are never refused by
+# size here, however long.
+MAX_FILE_BYTES = 64 * 1024 * 1024
+MAX_ALIAS_NODES = 100_000
+MAX_NESTING = 1_000
 
 # A document marker at column 0: "---" starts a document ("--- # comment" and "--- !tag" too) and
 # "..." ends one.  Neither can stand at column 0 inside a document's content, so cutting a stream
@@ -150,23 +164,58 @@ class ManifestError(Exception):
 def read_text(path: str, stdin: IO[bytes] | IO[str] | None = None) -> tuple[str, str]:
     """``(source, text)`` of a file, or of stdin for ``-``, decoded as UTF-8 (a byte-order mark dropped).
 
-    Raises ``ManifestError`` (``UNREADABLE``) for a file that cannot be opened or is not UTF-8.
+    Raises ``ManifestError`` (``UNREADABLE``) for a file that cannot be opened, is not a regular
+    file (a FIFO, a device, a symlink to one: the type is checked before opening, so a FIFO no
+    one writes to never blocks), is larger than ``MAX_FILE_BYTES`` or is not UTF-8.
     """
     if path == STDIN:
         stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", sys.stdin)
-        raw: bytes | str = stream.read()
+        raw: bytes | str = stream.read(MAX_FILE_BYTES + 1)
         source = STDIN_NAME
     else:
         source = path
-        try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
-        except OSError as exc:
-            raise ManifestError(source, InputError(UNREADABLE, exc.strerror or str(exc))) from None
+        raw = _read_regular_file(path)
+    if len(raw) > MAX_FILE_BYTES:
+        raise ManifestError(source, InputError(UNREADABLE, _too_large()))
     try:
         return source, raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as exc:
         raise ManifestError(source, InputError(UNREADABLE, f"not UTF-8 text ({exc.reason})")) from None
+
+
+def _too_large() -> str:
+    return f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB, the limit for one manifest file"
+
+
+def _read_regular_file(path: str) -> bytes:
+    """The bytes of the regular file at ``path`` (symlinks followed), at most ``MAX_FILE_BYTES + 1`` of them."""
+    try:
+        info = os.stat(path)
+        problem = _special_file(info.st_mode)
+        if problem is None and info.st_size > MAX_FILE_BYTES:
+            problem = _too_large()
+        if problem is not None:
+            raise ManifestError(path, InputError(UNREADABLE, problem))
+        # O_NONBLOCK: should the path have been swapped for a FIFO since the stat, opening still returns.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as handle:
+            problem = _special_file(os.fstat(handle.fileno()).st_mode)
+            if problem is not None:
+                raise ManifestError(path, InputError(UNREADABLE, problem))
+            return handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ManifestError(path, InputError(UNREADABLE, exc.strerror or str(exc))) from None
+
+
+def _special_file(mode: int) -> str | None:
+    """Why a file of this mode is not read as a manifest, or ``None`` for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "special")
+    return f"not a regular file ({kind}); manifests are read from regular files or stdin"
 
 
 def load(paths: Iterable[str], *, stdin: IO[bytes] | IO[str] | None = None,
@@ -208,6 +257,11 @@ def parse_text(text: str, source: str) -> Iterator[Document]:
     for chunk, first_line in split_text(text):
         try:
             pieces = list(_compose(chunk, first_line - 1))
+        except ExpansionError as exc:
+            line, column = _error_position(exc, first_line)
+            yield Document(source, index, line, column, error=InputError(TOO_LARGE, exc.problem or ""))
+            index += 1
+            continue
         except yaml.YAMLError as exc:
             line, column = _error_position(exc, first_line)
             yield Document(source, index, line, column, error=InputError(INVALID_YAML, _yaml_message(exc)))
@@ -229,6 +283,9 @@ def parse_values(text: str, source: str) -> list[Any]:
         return [] if value is None else [value]
     try:
         return [value for value, _node, _line, _column in _compose(text, 0) if value is not None]
+    except ExpansionError as exc:
+        line, column = _error_position(exc, 1)
+        raise ManifestError(source, InputError(TOO_LARGE, exc.problem or ""), line, column) from None
     except yaml.YAMLError as exc:
         line, column = _error_position(exc, 1)
         raise ManifestError(source, InputError(INVALID_YAML, _yaml_message(exc)), line, column) from None
@@ -266,14 +323,52 @@ def _json_positions(text: str, value: Any) -> list[tuple[Any, yaml.Node | None, 
     return [(value, None, 1, 1)]
 
 
+class ExpansionError(yaml.MarkedYAMLError):
+    """A document whose aliases expand too far (or refer to themselves): refused before it is constructed."""
+
+
+def _check_aliases(root: yaml.Node) -> None:
+    """Refuse ``root`` when aliases make it more than ``MAX_ALIAS_NODES`` nodes larger than written."""
+    written, shared = _written_nodes(root)
+    if not shared:
+        return
+    problem = expansion_problem(root, max_nodes=written + MAX_ALIAS_NODES, max_depth=MAX_NESTING,
+                                 limit_text=f"the {written} written out plus {MAX_ALIAS_NODES}")
+    if problem is not None:
+        node, reason = problem
+        raise ExpansionError(problem=reason, problem_mark=node.start_mark)
+
+
+def _written_nodes(root: yaml.Node) -> tuple[int, bool]:
+    """How many distinct nodes the graph holds, and whether any is reached twice (what an alias makes)."""
+    seen: set[int] = set()
+    shared = False
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            shared = True
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            stack.extend(n for pair in node.value for n in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return len(seen), shared
+
+
 def _compose(text: str, line_offset: int) -> Iterator[tuple[Any, yaml.Node | None, int, int]]:
-    """(value, node, line, column) per document, via the composed node tree for positions."""
+    """(value, node, line, column) per document, via the composed node tree for positions.
+
+    Each document's alias expansion is bounded before it is constructed (``ExpansionError``).
+    """
     loader = _Loader(text)
     try:
         while loader.check_node():
             node = loader.get_node()
             if node is None:
                 continue
+            _check_aliases(node)
             value = loader.construct_document(node)
             yield value, node, node.start_mark.line + 1 + line_offset, node.start_mark.column + 1
     finally:

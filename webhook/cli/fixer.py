@@ -28,7 +28,7 @@ from ruamel.yaml.scalarstring import SingleQuotedScalarString
 from gpuguard.webhook.decision import Decision, RequestContext, Violation
 from gpuguard.webhook.engine.core import MUTATED_BY_ANNOTATION, Engine
 from gpuguard.webhook.engine.patch import make_patch
-from gpuguard.webhook.manifests import document_marker, fill_list_item, is_list, parse_text, split_text
+from gpuguard.webhook.manifests import TOO_LARGE, document_marker, fill_list_item, is_list, parse_text, split_text
 from gpuguard.webhook.objects import StaticLookup
 from gpuguard.workloads.claims import StaticClaims
 
@@ -173,7 +173,13 @@ class Fixer:
 
     def read_objects(self, text: str, source: str) -> None:
         """Make the objects of ``text`` (read as ``gpuguard.webhook.manifests`` reads it) what lookups find."""
-        objects = [doc.obj for doc in parse_text(text, source) if doc.obj is not None]
+        docs = list(parse_text(text, source))
+        # Refused before ruamel sees the text: its round-trip loader and the copies made of what
+        # it loads expand every alias (a 600-byte alias bomb took the interpreter down).
+        for doc in docs:
+            if doc.error is not None and doc.error.kind == TOO_LARGE:
+                raise FixError(f"{doc.location}: {doc.error.message}")
+        objects = [doc.obj for doc in docs if doc.obj is not None]
         self.engine.claims = StaticClaims(objects, origin=source)
         self.lookup = StaticLookup(objects) or None
 

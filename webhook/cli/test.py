@@ -5,7 +5,7 @@ the decision an admin expects (allowed or denied, which policies fire at which a
 mutated object).  The cases are run by ``gpuguard.webhook.suite`` (the same library the project's own
 ``tests/policies/`` use); this module only shows the results: a table, each mismatch as a
 sentence, optional JUnit XML for CI, and the exit code (0 all pass, 1 any case fails, 2 a
-path holds no case).
+path holds no case or a case file cannot be read at all).
 """
 
 from __future__ import annotations
@@ -127,4 +127,9 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"\n{passed}/{len(results)} cases passed" + (f", {len(failed)} failed" if failed else ""))
     if args.junit:
         _write_junit(args.junit, junit.build("gpuguard test", [junit_suite(results, " ".join(args.paths), seconds)]))
+    unreadable = [r for r in results if r.unreadable]
+    for result in unreadable:  # bad input, not a finding about gpuguard: as every verb, exit 2
+        error(f"{result.case.path}: {result.error}")
+    if unreadable:
+        return ExitCode.USAGE
     return ExitCode.FINDINGS if failed else ExitCode.OK

@@ -57,10 +57,21 @@ def validation_error(exc: ValidationError, prefix: tuple, lines: dict[tuple, int
 
 
 def _check_expansion(root: yaml.Node, source: str) -> None:
-    """Refuse documents whose aliases expand beyond ``MAX_EXPANDED_NODES`` or that nest too deeply.
+    """Refuse documents whose aliases expand beyond ``MAX_EXPANDED_NODES`` or that nest too deeply."""
+    problem = expansion_problem(root, max_nodes=MAX_EXPANDED_NODES, max_depth=MAX_NESTING)
+    if problem is not None:
+        node, reason = problem
+        raise ConfigError(f"{source}:{node.start_mark.line + 1}: {reason}")
+
+
+def expansion_problem(root: yaml.Node, *, max_nodes: int, max_depth: int,
+                      limit_text: str | None = None) -> tuple[yaml.Node, str] | None:
+    """The node and reason when ``root`` expands beyond ``max_nodes`` nodes or nests beyond ``max_depth``.
 
     Iterative, with each distinct node's expanded size computed once, so checking a bomb costs
     as little as composing it.  A node that contains itself (a recursive alias) is refused too.
+    ``limit_text`` says the limit in the message when it is not ``max_nodes`` itself.  Shared by
+    the config reader and the manifest reader (``gpuguard.webhook.manifests``).
     """
     sizes: dict[int, int] = {}
     on_path: set[int] = set()
@@ -72,20 +83,20 @@ def _check_expansion(root: yaml.Node, source: str) -> None:
         if done:
             on_path.discard(key)
             sizes[key] = 1 + sum(sizes[id(c)] for c in children)
-            if sizes[key] > MAX_EXPANDED_NODES:
-                raise ConfigError(f"{source}:{node.start_mark.line + 1}: YAML aliases expand this document "
-                                  f"beyond {MAX_EXPANDED_NODES} nodes; write the values out instead")
+            if sizes[key] > max_nodes:
+                return node, (f"YAML aliases expand this document beyond {limit_text or max_nodes} nodes; "
+                              "write the values out instead")
             continue
         if key in sizes:
             continue
         if key in on_path:
-            raise ConfigError(f"{source}:{node.start_mark.line + 1}: a YAML alias refers to a node that "
-                              "contains it (recursive alias)")
-        if depth > MAX_NESTING:
-            raise ConfigError(f"{source}:{node.start_mark.line + 1}: nested deeper than {MAX_NESTING} levels")
+            return node, "a YAML alias refers to a node that contains it (recursive alias)"
+        if depth > max_depth:
+            return node, f"nested deeper than {max_depth} levels"
         on_path.add(key)
         stack.append((node, depth, True))
         stack.extend((c, depth + 1, False) for c in children if id(c) not in sizes)
+    return None
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

@@ -9,13 +9,25 @@ stays scannable without JavaScript; each mutation is shown as a coloured unified
 from __future__ import annotations
 
 import datetime as dt
-from html import escape
+import html as _html
+import re
 from typing import Any, TextIO
 
 from gpuguard.webhook import __version__
 from gpuguard.webhook.cli.audit import mutation
 from gpuguard.webhook.cli.audit.formats import RenderOptions
 from gpuguard.webhook.cli.audit.run import AuditItem, AuditReport
+
+# Control characters (other than tab and newline) are parse errors in HTML and NUL is dropped or
+# replaced by browsers; a manifest's names and messages may hold any of them, so they are shown as
+# visible ``\xNN`` escapes.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape(text: str) -> str:
+    """``text`` safe inside HTML text and attribute values, control characters written as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", _html.escape(text))
+
 
 COLORS = {"deny": "#c62828", "warn": "#ef8f00", "audit": "#1e88e5", "mutate": "#8e24aa", "pass": "#2e7d32",
           "skipped": "#757575", "error": "#b71c1c"}
