@@ -80,7 +80,7 @@ def _start_watches(server: ServerState, settings: ServeSettings) -> None:
 def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI:
     """The ASGI app for one process; loads the config unless the caller already did."""
     server = ServerState(settings, active or build_active(settings.config_path))
-    protocol.configure(settings.read_timeout, settings.max_connections)
+    protocol.configure(settings.read_timeout, settings.max_connections, settings.max_connections_per_client)
     if settings.namespace_labels:
         server.namespaces = NamespaceLabels.from_kubeconfig(settings.kubeconfig)
     _start_watches(server, settings)

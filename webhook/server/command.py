@@ -16,7 +16,11 @@ import ssl
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gpuguard.webhook.server.limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT
+from gpuguard.webhook.server.limits import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    DEFAULT_READ_TIMEOUT,
+)
 
 if TYPE_CHECKING:
     from gpuguard.webhook.server.state import Active
@@ -125,6 +129,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise StartupError("--read-timeout must be more than 0 seconds")
     if args.max_connections < 1:
         raise StartupError("--max-connections must be at least 1")
+    if args.max_connections_per_client < 1:
+        raise StartupError("--max-connections-per-client must be at least 1")
     if not 0 <= args.port <= 65535:
         raise StartupError(f"--port {args.port} is not a TCP port")
 
@@ -154,6 +160,7 @@ def run_serve(args: argparse.Namespace) -> int:
         workers=args.workers, max_body_bytes=args.max_body_bytes, reload_interval=args.reload_interval,
         shutdown_timeout=args.shutdown_timeout, keep_alive_timeout=args.keep_alive_timeout,
         read_timeout=args.read_timeout, max_connections=args.max_connections,
+        max_connections_per_client=args.max_connections_per_client,
         log_level=args.log_level, namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
         dra_claims=args.dra_claims, node_inventory=args.node_inventory,
     )
@@ -219,6 +226,9 @@ def register(subparsers: Any) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
                         help="close connections beyond this many open ones, per worker (default: %(default)s)")
+    parser.add_argument("--max-connections-per-client", type=int, default=DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+                        metavar="N", help="close connections beyond this many open ones from one client address, "
+                                          "per worker, so one client can't take the whole cap (default: %(default)s)")
     parser.add_argument("--namespace-labels", action="store_true",
                         help="read namespace labels from the API (cached 60 s) for profiles that match by label; "
                              "needs get on namespaces")

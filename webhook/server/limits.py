@@ -8,6 +8,10 @@ DEFAULT_READ_TIMEOUT = 10.0
 # Each apiserver keeps a small pool of keep-alive connections; a thousand is far above any
 # real cluster's need and well below what exhausts the process's file descriptors.
 DEFAULT_MAX_CONNECTIONS = 1000
+# One client address may hold at most this many of them, so a client that opens connections and
+# keeps them idle can't take the whole cap: three quarters stay for the apiservers (each opens one
+# connection per admission call in flight, far fewer than this even under load).
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 250
 # Engine threads per worker: reviews are judged off the event loop, so health probes and other
 # reviews are answered while a large one is judged.  The GIL runs one at a time; more threads
 # only let more slow reviews run side by side before a new one queues (bench/hostile.py).

@@ -45,7 +45,7 @@ REJECTED = Counter(
 )
 CONNECTIONS_REFUSED = Counter(
     "gpuguard_connections_closed_total",
-    "Connections the server closed itself: over the connection cap, or a request not read in time.",
+    "Connections the server closed itself: over the connection cap or one client's cap, or a request not read in time.",
     ["reason"],
 )
 VIOLATIONS = Counter(

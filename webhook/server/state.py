@@ -16,7 +16,11 @@ import orjson
 from gpuguard.webhook.config import DEFAULT_MAX_BODY_BYTES
 from gpuguard.webhook.objects import ApiLookup
 from gpuguard.webhook.server import filewatch, logs, metrics, scale, tls
-from gpuguard.webhook.server.limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT
+from gpuguard.webhook.server.limits import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    DEFAULT_READ_TIMEOUT,
+)
 from gpuguard.webhook.server.namespaces import NamespaceLabels, profiles_use_labels
 
 if TYPE_CHECKING:
@@ -45,6 +49,7 @@ class ServeSettings:
     keep_alive_timeout: int = 100
     read_timeout: float = DEFAULT_READ_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
     log_level: str = "info"
     namespace_labels: bool = False  # look namespace labels up in the API (profiles may select by label)
     kubeconfig: str | None = None
