@@ -17,13 +17,8 @@ import jsonschema
 import pytest
 
 from gpuguard.webhook.manifests import MAX_FILE_BYTES
+from tests.support.hostile import BOMB
 from tests.support.paths import REPO
-
-# 9 levels of 9 aliases each: 9**9 (387 million) strings once expanded, in about 500 bytes.
-BOMB = "\n".join(
-    ["apiVersion: v1", "kind: ConfigMap", "metadata: {name: lol}", "data:",
-     '  a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    + [f"  a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]) + "\n"
 
 KINDS = ("alias-bomb", "fifo", "symlink-to-fifo", "char-device", "symlink-to-dev-zero", "oversize")
 EXPECTED = {

@@ -23,7 +23,7 @@ from gpuguard.webhook.manifests import (
     parse_values,
     read_text,
 )
-from tests.unit.cli.test_hostile_inputs import BOMB
+from tests.support.hostile import BOMB
 
 CONFIG_MAP = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\n"
 

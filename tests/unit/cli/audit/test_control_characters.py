@@ -13,10 +13,8 @@ import pytest
 import yaml
 
 from gpuguard.webhook.main import main
-from tests.unit.cli.test_junit import CONTROL, _job
-
-# The C0 controls XML forbids and DEL (the surrogate and U+FFFF of CONTROL are no valid YAML).
-ODD = CONTROL[:-2] + "\x7f"
+from tests.support.hostile import CONTROL_CHARS as ODD
+from tests.support.hostile import gpu_job_yaml as _job
 
 
 def holds_the_name(value: object) -> bool:
