@@ -115,16 +115,17 @@ def _fill(container: Container, name: str, request: Decimal, limit_factor: float
 Share = tuple[dict[str, dict[str, Decimal]], NodeGroup]
 
 
-def _node_share(template: PodTemplate, inventory: Inventory, reserve: Size) -> Share | None:
-    """Per accelerator unit, the CPU/memory/disk of the smallest node group the pod can land on."""
+def _node_share(template: PodTemplate, inventory: Inventory, reserve: Size) -> tuple[Share | None, tuple]:
+    """Per accelerator unit, the CPU/memory/disk of the smallest node group the pod can land on, and the
+    memo key it is kept under (what sizes derived from it are kept under too)."""
     resources = sorted(r for r in template.effective_gpus if "/" in r)
     if not resources or not inventory.known:
-        return None
+        return None, ()
     key = ("share", tuple((r, template.effective_gpus[r]) for r in resources),
            orjson.dumps((template.spec.get("nodeSelector"), template.spec.get("tolerations")), default=str,
                         option=orjson.OPT_NON_STR_KEYS), reserve.cpu, reserve.memory, reserve.ephemeral_storage)
     share: Share | None = inventory.memo(key, lambda: _compute_share(template, inventory, reserve, resources))
-    return share
+    return share, key
 
 
 def _compute_share(template: PodTemplate, inventory: Inventory, reserve: Size, resources: list[str]) -> Share | None:
@@ -172,11 +173,16 @@ def _capped(profile: DeviceSize, container: Container, share: Share | None) -> D
 
 
 def _size_container(container: Container, template: PodTemplate, settings: Settings, memory_factor: float,
-                    share: Share | None = None) -> bool:
+                    share: Share | None = None, inventory: Inventory | None = None, share_key: tuple = ()) -> bool:
     if template.has_pod_resources:
         return False  # the pod's own budget (see the module docstring)
     if container.gpu_count:
-        size = _capped(container.companion_size(), container, share)
+        profile_size = container.companion_size()
+        if share is None or inventory is None:
+            size = profile_size
+        else:  # the same share and devices give the same size: reviews of one shape ask again and again
+            key = ("capped", share_key, profile_size, tuple(sorted(container.gpus.items())))
+            size = inventory.memo(key, lambda: _capped(profile_size, container, share))
         cpu, memory, disk = size.cpu, size.memory, size.ephemeral_storage
     else:
         flat = settings.non_gpu
@@ -198,10 +204,11 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     memory_factor = settings.memory_limit_factor.get(view.workload_class, 1.0)
     sources: list[str] = []
     for template in view.templates:
-        share = _node_share(template, view.inventory, settings.node_reserve) if template.gpus_per_pod else None
+        share, key = _node_share(template, view.inventory, settings.node_reserve) if template.gpus_per_pod \
+            else (None, ())
         sized = False
         for container in template.containers:
-            sized |= _size_container(container, template, settings, memory_factor, share)
+            sized |= _size_container(container, template, settings, memory_factor, share, view.inventory, key)
         if sized and share is not None:
             sources.append(f"{template.ref.role or 'pod'}: {share[1].describe()}")
         changed |= sized
