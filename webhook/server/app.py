@@ -74,7 +74,8 @@ def _start_watches(server: ServerState, settings: ServeSettings) -> None:
     if settings.node_inventory:
         from gpuguard.webhook.server.nodewatch import start_node_watch
 
-        server.nodes = start_node_watch(connect(settings.kubeconfig).api, server.apply_nodes)
+        server.nodes = start_node_watch(connect(settings.kubeconfig).api, server.apply_nodes,
+                                        pool_refresh=settings.nodepool_refresh)
 
 
 def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI:

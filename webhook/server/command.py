@@ -162,7 +162,7 @@ def run_serve(args: argparse.Namespace) -> int:
         read_timeout=args.read_timeout, max_connections=args.max_connections,
         max_connections_per_client=args.max_connections_per_client,
         log_level=args.log_level, namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
-        dra_claims=args.dra_claims, node_inventory=args.node_inventory,
+        dra_claims=args.dra_claims, node_inventory=args.node_inventory, nodepool_refresh=args.nodepool_refresh,
     )
     common: dict[str, Any] = {
         "host": settings.host, "port": settings.port,
@@ -239,6 +239,9 @@ def register(subparsers: Any) -> None:
                         help="watch Nodes (cached, summarised when they change): node affinity, sizing and the "
                              "schedulable policy follow the cluster's nodes (docs/inventory.md); needs list and "
                              "watch on nodes")
+    parser.add_argument("--nodepool-refresh", type=float, default=30.0, metavar="SECONDS",
+                        help="with --node-inventory: how often Karpenter NodePools (karpenter.sh/v1) are read, "
+                             "where that API is served (default: 30); needs list on nodepools")
     parser.add_argument("--kubeconfig", metavar="FILE",
                         help="for --namespace-labels, --dra-claims, kubectl scale checks and TrainJob runtimes "
                              "(default: $KUBECONFIG, in-cluster, then ~/.kube/config)")

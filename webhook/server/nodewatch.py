@@ -6,7 +6,13 @@ with a capped back-off.  It keeps only what the inventory reads of each node (la
 allocatable, whether it is cordoned) and, when nodes change, summarises them into groups
 (``gpuguard.workloads.inventory``) at most every ``settle_seconds`` and hands the result to
 ``on_change``: reviews never wait for it and never summarise anything, whatever the cluster's size.
-RBAC: ``list`` and ``watch`` on nodes (``deploy/base/rbac.yaml``).
+
+Autoscaled clusters: GPU nodes a Karpenter ``NodePool`` would make don't exist until a pod needs
+them, so the pools are part of the inventory too.  Another daemon thread lists
+``karpenter.sh/v1`` NodePools every ``pool_refresh`` seconds (a few objects, so a list rather than
+a watch); where that API is not served (404) there are none, and it looks again later, so a
+Karpenter installed after gpuguard is found.
+RBAC: ``list`` and ``watch`` on nodes, ``list`` on nodepools (``deploy/base/rbac.yaml``).
 """
 
 from __future__ import annotations
@@ -17,10 +23,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuguard.kubeapi.client import core_v1, watcher
+from gpuguard.kubeapi.client import ApiError, core_v1, custom_objects, watcher
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory, from_objects
 
 log = logging.getLogger("gpuguard.nodes")
+KARPENTER = ("karpenter.sh", "v1", "nodepools")
+
+
+def _slim_pool(pool: dict) -> dict:
+    """What the inventory reads of a NodePool: its name and spec (template labels, requirements, taints, limits)."""
+    return {"apiVersion": f"{KARPENTER[0]}/{KARPENTER[1]}", "kind": "NodePool",
+            "metadata": {"name": (pool.get("metadata") or {}).get("name")}, "spec": pool.get("spec") or {}}
 
 
 def _slim(node: dict) -> dict:
@@ -37,8 +50,11 @@ def _slim(node: dict) -> dict:
 class NodeWatch:
     """A cached list+watch of Nodes, summarised into an inventory when they change."""
 
-    def __init__(self, api_client: Any, on_change: Callable[[Inventory], None], settle_seconds: float = 0.5):
+    def __init__(self, api_client: Any, on_change: Callable[[Inventory], None], settle_seconds: float = 0.5,
+                 pool_refresh: float = 30.0):
         self._api_client = api_client
+        self._pool_refresh = pool_refresh
+        self._pools: dict[str, dict] = {}
         self._on_change = on_change
         self._settle = settle_seconds
         self._nodes: dict[str, dict] = {}
@@ -49,7 +65,8 @@ class NodeWatch:
         self.inventory: Inventory = EMPTY_INVENTORY
 
     def start(self) -> NodeWatch:
-        for target, name in ((self._run, "gpuguard-watch-nodes"), (self._summarise_loop, "gpuguard-inventory")):
+        for target, name in ((self._run, "gpuguard-watch-nodes"), (self._summarise_loop, "gpuguard-inventory"),
+                             (self._poll_pools, "gpuguard-nodepools")):
             threading.Thread(target=target, daemon=True, name=name).start()
         return self
 
@@ -68,13 +85,36 @@ class NodeWatch:
 
     def summarise(self) -> Inventory:
         """Summarise the cached nodes now and hand the inventory on."""
-        inventory = from_objects(list(self._nodes.values()))
+        inventory = from_objects([*self._nodes.values(), *self._pools.values()])
         self.inventory = inventory
         try:
             self._on_change(inventory)
         except Exception as exc:  # noqa: BLE001 - a failing consumer must not stop the watch
             log.error("applying the node inventory failed: %s: %s", type(exc).__name__, exc)
         return inventory
+
+    def read_pools(self) -> None:
+        """List the Karpenter NodePools once; mark the inventory dirty when they changed."""
+        try:
+            listing = custom_objects(self._api_client).list_cluster_custom_object(*KARPENTER, _request_timeout=10)
+            pools = {p["metadata"]["name"]: _slim_pool(p) for p in listing.get("items") or []
+                     if isinstance(p, dict) and (p.get("metadata") or {}).get("name")}
+        except ApiError as exc:
+            if exc.status != 404:  # 404: Karpenter's API is not served here; no pools
+                log.warning("reading Karpenter NodePools failed: HTTP %s; keeping the last ones", exc.status)
+                return
+            pools = {}
+        if pools != self._pools:
+            self._pools = pools
+            self._dirty.set()
+
+    def _poll_pools(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.read_pools()
+            except Exception as exc:  # noqa: BLE001 - network errors: keep the last pools, try again
+                log.warning("reading Karpenter NodePools failed (%s); keeping the last ones", type(exc).__name__)
+            self._stop.wait(self._pool_refresh)
 
     def _run(self) -> None:
         api = core_v1(self._api_client)
@@ -112,9 +152,9 @@ class NodeWatch:
 
 
 def start_node_watch(api_client: Any, on_change: Callable[[Inventory], None],
-                     wait_seconds: float = 10.0) -> NodeWatch:
+                     wait_seconds: float = 10.0, pool_refresh: float = 30.0) -> NodeWatch:
     """Start the process's node watch and wait (bounded) for its first listing to be summarised."""
-    watch = NodeWatch(api_client, on_change).start()
+    watch = NodeWatch(api_client, on_change, pool_refresh=pool_refresh).start()
     deadline = time.monotonic() + wait_seconds
     while not watch.synced and time.monotonic() < deadline:
         time.sleep(0.05)

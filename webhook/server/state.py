@@ -55,6 +55,7 @@ class ServeSettings:
     kubeconfig: str | None = None
     dra_claims: bool = False  # watch DRA claim templates and claims to count the devices pods claim
     node_inventory: bool = False  # watch Nodes: the inventory behind affinity, sizing and schedulable
+    nodepool_refresh: float = 30.0  # seconds between reads of Karpenter NodePools (with node_inventory)
 
     def to_json(self) -> str:
         return orjson.dumps(dataclasses.asdict(self)).decode()

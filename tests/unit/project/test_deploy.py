@@ -185,6 +185,7 @@ def test_rbac_is_least_privilege() -> None:
         {"apiGroups": ["admissionregistration.k8s.io"],
          "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
          "resourceNames": ["gpuguard"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["karpenter.sh"], "resources": ["nodepools"], "verbs": ["list"]},  # autoscaled GPU pools
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates", "resourceclaims"],
          "verbs": ["list", "watch"]},
     ]
