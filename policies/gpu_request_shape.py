@@ -150,18 +150,12 @@ def _per_node_total(view: WorkloadView, settings: Settings) -> Iterator[Finding]
     """A DaemonSet holds its pod's accelerators on every node it can land on: count those nodes."""
     total, nodes, unbounded = 0, 0, False
     for template in view.gpu_templates:
-        selector = template.spec.get("nodeSelector")
-        affinity = template.spec.get("affinity")
-        node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-        required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") \
-            if isinstance(node_affinity, dict) else None
-        terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+        selector, terms = template.node_selection()
         tolerations = template.spec.get("tolerations")
         asks = {r: n for r, n in template.effective_gpus.items() if "/" in r}
         landing = [g for g in view.inventory.eligible(asks)
                    if all((g.amount(r) is None or g.amount(r) >= n) for r, n in asks.items())  # the pod fits
-                   and g.matches(selector if isinstance(selector, dict) else None,
-                                terms if isinstance(terms, list) else None)
+                   and g.matches(selector, terms)
                    and not g.untolerated(tolerations if isinstance(tolerations, list) else [])]
         unbounded |= any(g.count is None for g in landing)
         count = sum(g.count or 0 for g in landing)

@@ -89,17 +89,6 @@ def _too_big(template: PodTemplate, asks: dict[str, Decimal], groups: list[NodeG
     return None
 
 
-def _selection(template: PodTemplate) -> tuple[dict | None, list | None]:
-    node_selector = template.spec.get("nodeSelector")
-    affinity = template.spec.get("affinity")
-    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") \
-        if isinstance(node_affinity, dict) else None
-    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
-    return (node_selector if isinstance(node_selector, dict) else None,
-            terms if isinstance(terms, list) else None)
-
-
 def _names(groups: list[NodeGroup]) -> str:
     shown = [g.describe() for g in groups[:4]]
     return "; ".join(shown) + (f" and {len(groups) - 4} more" if len(groups) > 4 else "")
@@ -123,7 +112,7 @@ def _judge_pod(template: PodTemplate, inventory: Inventory) -> Finding | None:
     if finding is not None:
         return finding
     groups = [g for g in groups if all(_fits(g, r, v) for r, v in asks.items())]
-    node_selector, terms = _selection(template)
+    node_selector, terms = template.node_selection()
     matched = [g for g in groups if g.matches(node_selector, terms)]
     if not matched:
         return Finding(template.spec_path, "its nodeSelector or required node affinity matches none of the nodes "

@@ -94,6 +94,17 @@ class PodTemplate:
     # the subset that leaves the pod's accelerators unknown: the engine refuses it (failureMode closed)
     unjudged_claims: list[tuple[Path, str]] = field(default_factory=list)
 
+    def node_selection(self) -> tuple[dict | None, list | None]:
+        """The pod's own node choice: its ``nodeSelector`` and required nodeSelectorTerms (``None`` where absent)."""
+        node_selector = self.spec.get("nodeSelector")
+        affinity = self.spec.get("affinity")
+        node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+        required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") \
+            if isinstance(node_affinity, dict) else None
+        terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+        return (node_selector if isinstance(node_selector, dict) else None,
+                terms if isinstance(terms, list) else None)
+
     @property
     def spec_path(self) -> Path:
         return self.ref.spec_path
