@@ -14,6 +14,7 @@ import uuid
 import pytest
 import yaml
 
+from gpuguard.workloads.kinds.trainer import TRAINJOB
 from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with
 
 pytestmark = pytest.mark.e2e
@@ -110,26 +111,44 @@ def test_trainjob_is_judged_with_its_runtime_at_apply(env):
     assert over.returncode != 0 and "[gpu-request-shape]" in over.stderr
 
 
-def test_the_jobset_the_trainer_generates_is_mutated_not_denied(env):
-    env.cp.kubectl("apply", "-f", "-", input=dump(runtime("torch-ganged", pod_group=True, checkpoints=True)))
+def trainers_jobset(job: dict, runtime_obj: dict, uid: str) -> dict:
+    """The JobSet as the Trainer builds it from ``runtime_obj`` at that moment, owned by the TrainJob."""
+    assert TRAINJOB.runtime is not None
+    made = TRAINJOB.runtime.expand(job, runtime_obj)
+    made["metadata"]["ownerReferences"] = [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                            "name": job["metadata"]["name"], "uid": uid, "controller": True}]
+    return made
+
+
+def test_the_jobset_the_trainer_generates_is_mutated_and_judged(env):
+    ganged = runtime("torch-ganged", pod_group=True, checkpoints=True)
+    env.cp.kubectl("apply", "-f", "-", input=dump(ganged))
     ns = env.namespace()
-    assert env.apply(trainjob(ns, "tune", "torch-ganged", nodes=2)).returncode == 0
-    owner = env.get("trainjob", "tune", "-n", ns)
+    job = trainjob(ns, "tune", "torch-ganged", nodes=2)
+    assert env.apply(job).returncode == 0
+    uid = env.get("trainjob", "tune", "-n", ns)["metadata"]["uid"]
     env.cp.kubectl("create", "rolebinding", "trainer", "--clusterrole=cluster-admin", f"--user={TRAINER}", "-n", ns)
-    # What the Trainer would build, without the checkpoint volume: gpuguard must not deny its controller.
-    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {
-        "name": "tune", "namespace": ns, "ownerReferences": [
-            {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "tune",
-             "uid": owner["metadata"]["uid"], "controller": True}]},
-        "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": {
-            "parallelism": 2, "completions": 2, "template": {"spec": {"restartPolicy": "OnFailure", "containers": [
-                {"name": "node", "image": "pytorch/pytorch:2", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}]}}
+    jobset = trainers_jobset(job, ganged, uid)
     by_user = env.apply({**jobset, "metadata": {"name": "by-alice", "namespace": ns}})
-    assert by_user.returncode != 0 and "[checkpoint-volume]" in by_user.stderr
+    assert by_user.returncode == 0, by_user.stderr  # the same JobSet is fine from anyone: it was judged
     created = env.apply(jobset, user=TRAINER)
     assert created.returncode == 0, created.stderr
-    pod = env.get("jobset", "tune", "-n", ns)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod = env.get("jobset", "tune", "-n", ns)["spec"]["replicatedJobs"][-1]["template"]["spec"]["template"]["spec"]
     assert GPU_TOLERATION in pod["tolerations"] and pod["containers"][0]["resources"]["limits"]["memory"]
+
+
+def test_a_runtime_changed_after_its_trainjob_is_judged_on_the_trainers_jobset(env):
+    env.cp.kubectl("apply", "-f", "-", input=dump(runtime("torch-later", pod_group=True, checkpoints=True)))
+    ns = env.namespace()
+    job = trainjob(ns, "later", "torch-later", nodes=2)
+    assert env.apply(job).returncode == 0
+    uid = env.get("trainjob", "later", "-n", ns)["metadata"]["uid"]
+    # The runtime's owner then drops the checkpoint volume; the Trainer builds the JobSet from it as it is now.
+    changed = runtime("torch-later", pod_group=True, checkpoints=False)
+    env.cp.kubectl("apply", "-f", "-", input=dump(changed))
+    env.cp.kubectl("create", "rolebinding", "trainer", "--clusterrole=cluster-admin", f"--user={TRAINER}", "-n", ns)
+    refused = env.apply(trainers_jobset(job, changed, uid), user=TRAINER)
+    assert refused.returncode != 0 and "[checkpoint-volume]" in refused.stderr, refused.stderr
 
 
 # ---------------------------------------------------------------- KServe, Ray

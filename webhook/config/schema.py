@@ -52,8 +52,9 @@ class Exemptions(ConfigModel):
 class ControllerEdge(ConfigModel):
     owner: str = Field(description="GroupKind of the controlling owner, e.g. apps/ReplicaSet or Pod.")
     kind: str = Field(description="GroupKind of the object the controller creates for it, e.g. Pod.")
-    mutate: bool = Field(False, description="Still mutate what it creates (only for controllers that compare "
-                         "nothing gpuguard adds, e.g. the Kubeflow Trainer's JobSets).")
+    mutate: bool = Field(False, description="What it creates is derived from a template held outside the owner "
+                         "(the Kubeflow Trainer's JobSets, built from a runtime): mutated and judged in full "
+                         "when the controller creates it (only for controllers that compare nothing gpuguard adds).")
 
     @field_validator("owner", "kind")
     @classmethod

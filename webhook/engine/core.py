@@ -8,7 +8,8 @@ The webhook's /mutate and /validate, ``gpuguard evaluate`` and ``gpuguard audit`
 2. skip unknown kinds and exempt requests; refuse resource quantities no policy could read
    (``gpuguard.webhook.engine.prechecks``); leave alone what a trusted controller made from a
    template gpuguard already checked (``gpuguard.workloads.controllers``: decided by the requester's
-   identity and the owner kind together, never by content alone);
+   identity and the owner kind together, never by content alone); what a controller derives from
+   a template held elsewhere (a TrainJob's JobSet, built from its runtime) is judged in full;
 3. run the mutating policies on the copy (CREATE and UPDATE; on UPDATE immutable fields keep the
    stored value, ``gpuguard.webhook.engine.update``), then the validating policies on the mutated copy, as the
    apiserver runs validating webhooks after mutating ones (on UPDATE only findings the stored
@@ -200,9 +201,11 @@ class Engine:
         if origin is not None:
             decision.workload_class = self.classify(
                 obj, kind, origin, self.config.policies_for(decision.namespace, ctx.namespace_labels)[1])
-            if self.config.trust_controller_pods and origin.mutate:
-                ctx = replace(ctx, validate=False)  # mutated below, judged already in its parent
-            elif self.config.trust_controller_pods or not ctx.validate:
+            # Derived from a template held outside its parent (a TrainJob's JobSet, built from the
+            # runtime): the first object holding the pod templates its pods will run, so it is mutated
+            # and judged in full.  The parent was judged against the runtime as it was then; a runtime
+            # created or changed since (or still in a lookup cache) can't slip through.
+            if not origin.mutate and (self.config.trust_controller_pods or not ctx.validate):
                 decision.skipped = origin.reason
                 return decision
         # What a controller made is never mutated (it must equal its parent's template) unless its

@@ -14,8 +14,9 @@ from gpuguard.workloads.kinds.templates import count, no_templates
 from gpuguard.workloads.paths import dicts, get_path
 
 # Kubeflow Trainer v2 (kubeflow-system).  The JobSet is the first object that holds the pod templates, so it
-# is mutated (the Trainer applies it server-side and compares nothing gpuguard adds) and not validated again:
-# gpuguard judged the TrainJob, with its runtime, at kubectl apply.
+# is mutated (the Trainer applies it server-side and compares nothing gpuguard adds) and judged in full when
+# the Trainer creates it: gpuguard judged the TrainJob with its runtime at kubectl apply, but a runtime
+# created or changed since then is only seen here.
 TRAINER = Operator("kubeflow-trainer",
                    ("system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",))
 
