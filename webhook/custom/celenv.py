@@ -12,6 +12,9 @@ load instead of failing on every request.  Enabled libraries: the CEL standard l
 extensions as in Kubernetes, and Kubernetes' quantity library (below).  Not available (documented in
 ``docs/custom-policies.md``): ``authorizer``, ``url()``, ``ip()``/``cidr()``, the Kubernetes
 list helpers (``isSorted``, ``sum``, ``indexOf``) and regex ``find``/``findAll``.
+
+The runtime is imported when the first environment is built, i.e. when a config has custom
+rules: it is about 16 MiB of a server worker's memory, which a config without them never needs.
 """
 
 from __future__ import annotations
@@ -19,12 +22,6 @@ from __future__ import annotations
 from decimal import Decimal
 from functools import cache
 from typing import Any
-
-from cel_expr_python import cel
-from cel_expr_python.ext.ext_bindings import ExtBindings
-from cel_expr_python.ext.ext_math import ExtMath
-from cel_expr_python.ext.ext_optional import ExtOptional
-from cel_expr_python.ext.ext_strings import ExtStrings
 
 from gpuguard.workloads import quantity as qty
 
@@ -48,8 +45,15 @@ TEMPLATE_VARIABLES: dict[str, str] = {
 # A quantity is a map {"quantity": <canonical decimal string>} to CEL: declared with its own
 # map type so the checker rejects ``quantity('1').isGreaterThan(3)``, and canonical so that
 # ``quantity('1') == quantity('1000m')`` holds.  (cel-expr-python cannot return opaque types.)
-QUANTITY = cel.Type.Map(cel.Type.STRING, cel.Type.STRING)
 _KEY = "quantity"
+
+
+@cache
+def _cel() -> Any:
+    """The ``cel_expr_python.cel`` module, imported on first use (see the module docstring)."""
+    from cel_expr_python import cel
+
+    return cel
 
 
 def _value(q: Any) -> Decimal:
@@ -88,12 +92,14 @@ def _as_integer(q: Any) -> int:
 
 
 def _overload(name: str, ret: Any, params: list, impl: Any, member: bool = False) -> Any:
-    return cel.Overload(name, return_type=ret, parameters=params, is_member=member, impl=impl)
+    return _cel().Overload(name, return_type=ret, parameters=params, is_member=member, impl=impl)
 
 
 def _quantity_library() -> Any:
     """Kubernetes' quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go), same names."""
-    Q, B, N, S, D = QUANTITY, cel.Type.BOOL, cel.Type.INT, cel.Type.STRING, cel.Type.DOUBLE  # noqa: N806
+    cel = _cel()
+    Q = cel.Type.Map(cel.Type.STRING, cel.Type.STRING)  # noqa: N806
+    B, N, S, D = cel.Type.BOOL, cel.Type.INT, cel.Type.STRING, cel.Type.DOUBLE  # noqa: N806
     return cel.CelExtension("gpuguard.k8s.quantity", [
         cel.FunctionDecl("quantity", [_overload("quantity_string", Q, [S], _parse),
                                       _overload("quantity_int", Q, [N], _parse)]),
@@ -131,6 +137,12 @@ def environment(scope: str) -> Any:
     names = dict(OBJECT_VARIABLES)
     if scope in ("podTemplate", "runtime"):
         names.update(TEMPLATE_VARIABLES)
+    from cel_expr_python.ext.ext_bindings import ExtBindings
+    from cel_expr_python.ext.ext_math import ExtMath
+    from cel_expr_python.ext.ext_optional import ExtOptional
+    from cel_expr_python.ext.ext_strings import ExtStrings
+
+    cel = _cel()
     return cel.NewEnv(variables={name: cel.Type.DYN for name in names},
                       extensions=[ExtStrings(), ExtMath(), ExtOptional(), ExtBindings(), _quantity_library()])
 
@@ -149,7 +161,7 @@ def variables_for(scope: str) -> list[str]:
 
 def is_error(value: Any) -> bool:
     """Whether a CEL result is an error value (cel-expr-python returns errors, it does not raise)."""
-    return value.type() == cel.Type.ERROR
+    return value.type() == _cel().Type.ERROR
 
 
 def type_name(t: Any) -> str:

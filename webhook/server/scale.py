@@ -8,7 +8,9 @@ asks the engine to validate that copy as an UPDATE of the stored workload: the u
 rules then hold (only what the scaling changes can be denied).
 
 Reading the workload is the one API call on this path; it needs ``get`` on the scalable kinds
-(``deploy/base/rbac.yaml``).  When it fails, the review is answered per ``failureMode``.
+(``deploy/base/rbac.yaml``).  When it fails, the review is answered per ``failureMode``.  The
+API client is imported on the first Scale review, not with the server: the ``kubernetes``
+package is about 10 MiB of a worker's memory, and a server that never sees a Scale never needs it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from typing import Any
 
 import orjson
 
-from gpuguard.kubeapi.client import ApiError, KubeConfigError, connect, custom_objects
 from gpuguard.webhook.server.envelope import AdmissionRequest, GroupVersionKind
 from gpuguard.workloads.kinds import KindSpec, by_resource
 from gpuguard.workloads.paths import get_path
@@ -70,6 +71,8 @@ class WorkloadReader:
         self._api: Any = None
 
     def read(self, req: AdmissionRequest) -> dict:
+        from gpuguard.kubeapi.client import ApiError, KubeConfigError, connect, custom_objects
+
         try:
             if self._api is None:
                 self._api = custom_objects(connect(self._kubeconfig).api)
