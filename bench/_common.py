@@ -190,6 +190,15 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+def rss_mb(pid: int) -> float | None:
+    """VmRSS (resident set now) of a live process, in MiB; ``None`` once it is gone."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
 def pinned(argv: list[str], cpu: int | None) -> list[str]:
     """``argv`` under ``taskset -c CPU`` when pinning is asked for and possible."""
     if cpu is None or shutil.which("taskset") is None or (os.cpu_count() or 1) <= cpu:

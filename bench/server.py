@@ -1,22 +1,32 @@
 """Server benchmark: ``gpuguard serve`` over TLS, one worker, under load from C load generators.
 
-``python bench/server.py`` (after ``bash bench/setup.sh``).  For every body in ``bench/bodies``:
+``python bench/server.py`` (after ``bash bench/setup.sh``).  Three servers run side by side, all
+alive for the whole run and all pinned to the same core (CPU 0; the load generator on CPU 1):
 
-* **saturation** with Debian's ``wrk`` (closed loop, 8 keep-alive connections) on ``/mutate``
-  and on ``/validate`` (the validate body carries the already-mutated object, as the apiserver
-  sends it): requests/s and p50/p90/p99;
-* **fixed rates** (100, 500, 1000 reviews/s by default) on ``/mutate`` with ``bench/loadgen/fixedrate``
-  (open loop, latency from each request's due time, so queueing is counted);
-* **peak RSS** of the worker (VmHWM) after that body's runs; a fresh server per body.
+* **gpuguard**: ``gpuguard serve`` as documented (the shipped config, ``--log-level info``);
+* **allow-all**: the same server with every policy ``action: off`` (envelope, object copy,
+  workload view, patch diff and logging still run: the framework's ceiling);
+* **bare**: ``bench/allow_app.py``, a FastAPI app that reads the body, takes the uid and allows
+  (the floor of the Python HTTP/TLS stack).
 
-Side by side, on the same stack and in the same run: the **allow-all** baseline (gpuguard with
-every policy ``action: off``: envelope, object copy, workload view, patch diff and logging still
-run, so this is the framework's ceiling) and the **bare** FastAPI app (``bench/allow_app.py``:
-read, take the uid, answer) as the floor of the HTTP/TLS stack.
+**Saturation** is measured in interleaved rounds: in every round, for every body and endpoint
+(``/mutate``, ``/validate``: the validate body carries the already-mutated object, as the
+apiserver sends it), one short closed-loop point with Debian's ``wrk`` against each server in
+turn, the order of the three rotated from round to round.  Drift of the machine (other work,
+thermal or steal time) then lands on all three alike: each table cell is the median over the
+rounds, and a ratio is the median of the per-round ratios (gpuguard's point divided by the
+baseline's point of the same round), never a ratio of medians taken minutes apart.
 
-The server is pinned to CPU 0 and the load generator to CPU 1 (``taskset``).  Every load run is
-bounded (``--duration`` seconds per point, 30 at most) and targets 127.0.0.1 only.  Speed never
-fails this script: it prints tables and writes ``bench/results/server.json``.
+**Fixed rates** (100, 500, 1000 reviews/s by default) on ``/mutate`` of gpuguard with
+``bench/loadgen/fixedrate`` (open loop, latency from each request's due time, so queueing is
+counted), after the rounds.  **Memory** per worker: RSS right after start, before serving
+anything; gpuguard's peak (VmHWM) after each body's first requests; every worker's VmHWM at the
+end of the run.
+
+Every load run is bounded (``--duration`` seconds per fixed-rate point, 30 at most) and targets
+127.0.0.1 only.  Speed never fails this script: it prints tables and writes
+``bench/results/server.json`` with the commit (``bench/report.py`` copies the tables into
+``bench/README.md``).
 """
 
 from __future__ import annotations
@@ -26,11 +36,13 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +63,7 @@ from _common import (
     peak_rss_mb,
     pinned,
     profile_by_module,
+    rss_mb,
     running,
     table,
     wait_quiet,
@@ -64,6 +77,7 @@ FIXED_CONNECTIONS = 16
 MAX_POINT_SECONDS = 30
 GC_TUNED = "freeze,10000,20,50"
 DISTURBED_CORES = 0.10  # other processes' CPU during a point above this: retry once, then flag
+VARIANTS = ("gpuguard", "allow-all", "bare")
 
 
 def wrk(url: str, body: Path, seconds: float, connections: int = WRK_CONNECTIONS) -> dict[str, Any]:
@@ -112,11 +126,12 @@ def preflight() -> None:
         print("warning: fewer than 2 CPUs; server and load generator share a core", file=sys.stderr)
 
 
-def measured(run: Callable[[], dict[str, Any]], pid: int, quiet_wait: float) -> dict[str, Any]:
-    """Run one load point, accounting for other processes' CPU; a disturbed point is retried once."""
+def measured(run: Callable[[], dict[str, Any]], pids: list[int], quiet_wait: float) -> dict[str, Any]:
+    """Run one load point, accounting for other processes' CPU (``pids``: the servers); a disturbed point is
+    retried once."""
     point: dict[str, Any] = {}
     for attempt in (1, 2):
-        with CpuAccount([pid]) as account:
+        with CpuAccount(pids) as account:
             point = run()
         point["other_cpu_cores"] = account.other_cores
         point["attempts"] = attempt
@@ -128,39 +143,116 @@ def measured(run: Callable[[], dict[str, Any]], pid: int, quiet_wait: float) -> 
     return point
 
 
-def bench_variant(variant: str, make: Callable[[str], Server], names: list[str], endpoints: list[str],
-                  rates: list[int], seconds: float, warmup: float, quiet_wait: float) -> list[dict[str, Any]]:
-    """Every body against one server variant; a fresh process per body so peak RSS is per body."""
+def make_servers(workdir: Path, certs: Path, args: argparse.Namespace) -> dict[str, Server]:
+    """The variants to run (not started yet): gpuguard, and unless ``--no-baselines`` allow-all and bare."""
+    if args.gc_tuned:
+        guard = gpuguard_server(workdir, certs, None, cpu=SERVER_CPU, python=args.python, name="gpuguard",
+                                launcher=[str(HERE / "_serve.py")])
+        guard.env = {"GPUGUARD_BENCH_GC": args.gc_tuned}
+    else:
+        guard = gpuguard_server(workdir, certs, None, cpu=SERVER_CPU, python=args.python, name="gpuguard")
+    servers = {"gpuguard": guard}
+    if not args.no_baselines:
+        servers["allow-all"] = gpuguard_server(workdir, certs, all_off_config_text(), cpu=SERVER_CPU,
+                                               python=args.python, name="allow-all")
+        servers["bare"] = bare_server(workdir, certs, args.python)
+    return servers
+
+
+def warm_up(servers: dict[str, Server], names: list[str], endpoints: list[str],
+            seconds: float) -> dict[str, float | None]:
+    """A short load on every server, body by body; gpuguard's peak RSS after each body (not recorded as speed).
+
+    Why body by body: the peak grows with the largest body a worker has parsed, so the peaks read
+    after each body say which body costs the memory.
+    """
     from bodies import body_path
 
-    rows = []
+    peaks: dict[str, float | None] = {}
     for name in names:
-        busy = wait_quiet(quiet_wait)
-        server = make(name)
-        with running(server):
-            record: dict[str, Any] = {"variant": variant, "body": name,
-                                      "size": body_path(name, "mutate").stat().st_size,
-                                      "cpu_busy_before": busy, "saturation": {}, "rates": []}
-            wrk(f"{server.url}/mutate", body_path(name, "mutate"), warmup)  # warm-up, not recorded
+        for server in servers.values():
             for endpoint in endpoints:
-                point = measured(lambda e=endpoint, u=server.url, n=name: wrk(f"{u}/{e}", body_path(n, e), seconds),
-                                 server.pid, quiet_wait)
-                record["saturation"][endpoint] = point
-                print(f"  {variant:9} {name:15} {endpoint:8} saturation {point['rps']:8.0f}/s  "
-                      f"p50 {point['p50_ms']:.2f} p99 {point['p99_ms']:.2f} ms", file=sys.stderr)
-            saturated = record["saturation"].get("mutate", {}).get("rps")
-            for rate in rates:
-                body = body_path(name, "mutate")
-                point = measured(
-                    lambda r=rate, srv=server, b=body: fixed_rate(f"{srv.url}/mutate", b, r, seconds, srv.ca),
-                    server.pid, quiet_wait)
-                point["saturation_rps"] = saturated
-                record["rates"].append(point)
-                print(f"  {variant:9} {name:15} mutate   {rate:5}/s      achieved {point['achieved_rps']:7.0f}/s  "
-                      f"p50 {point['p50_ms']:.2f} p99 {point['p99_ms']:.2f} ms", file=sys.stderr)
-            record["peak_rss_mb"] = peak_rss_mb(server.pid)
-        rows.append(record)
-    return rows
+                wrk(f"{server.url}/{endpoint}", body_path(name, endpoint), seconds)
+        peaks[name] = peak_rss_mb(servers["gpuguard"].pid)
+    return peaks
+
+
+def rounds(servers: dict[str, Server], names: list[str], endpoints: list[str], count: int, seconds: float,
+           quiet_wait: float) -> list[dict[str, Any]]:
+    """Interleaved saturation points: ``count`` rounds of every body x endpoint x server, order rotated per round.
+
+    A disturbed point is flagged, not retried: a retry would be measured later than the two
+    points it is compared with, which is the drift the rounds are there to cancel.
+    """
+    from bodies import body_path
+
+    variants = list(servers)
+    pids = [s.pid for s in servers.values()]
+    points = []
+    for index in range(count):
+        busy = wait_quiet(quiet_wait)
+        order = variants[index % len(variants):] + variants[:index % len(variants)]
+        for name in names:
+            for endpoint in endpoints:
+                body = body_path(name, endpoint)
+                for variant in order:
+                    url = f"{servers[variant].url}/{endpoint}"
+                    with CpuAccount(pids) as account:
+                        point = wrk(url, body, seconds)
+                    point["other_cpu_cores"] = account.other_cores
+                    point.update({"round": index + 1, "body": name, "endpoint": endpoint, "variant": variant,
+                                  "cpu_busy_before_round": busy})
+                    points.append(point)
+                print(f"  round {index + 1}/{count} {name:15} {endpoint:8} "
+                      + "  ".join(f"{p['variant']} {p['rps']:6.0f}/s" for p in points[-len(order):]),
+                      file=sys.stderr)
+    return points
+
+
+def fixed_rates(server: Server, names: list[str], rates: list[int], seconds: float, pids: list[int],
+                saturation: dict[str, float | None], quiet_wait: float) -> list[dict[str, Any]]:
+    """Open-loop points on gpuguard's ``/mutate``, body by body."""
+    from bodies import body_path
+
+    out = []
+    for name in names:
+        for rate in rates:
+            body = body_path(name, "mutate")
+            point = measured(lambda r=rate, b=body: fixed_rate(f"{server.url}/mutate", b, r, seconds, server.ca),
+                             pids, quiet_wait)
+            point.update({"body": name, "saturation_rps": saturation.get(name)})
+            out.append(point)
+            print(f"  gpuguard {name:15} mutate {rate:5}/s  achieved {point['achieved_rps']:7.0f}/s  "
+                  f"p50 {point['p50_ms']:.2f} p99 {point['p99_ms']:.2f} ms", file=sys.stderr)
+    return out
+
+
+def summarise(points: list[dict[str, Any]], names: list[str], endpoints: list[str]) -> list[dict[str, Any]]:
+    """Per body and endpoint: each variant's medians over the rounds, and the medians of the per-round ratios."""
+    out = []
+    for name in names:
+        for endpoint in endpoints:
+            mine = [p for p in points if p["body"] == name and p["endpoint"] == endpoint]
+            by_round: dict[int, dict[str, dict[str, Any]]] = {}
+            for p in mine:
+                by_round.setdefault(p["round"], {})[p["variant"]] = p
+            row: dict[str, Any] = {"body": name, "endpoint": endpoint, "rounds": len(by_round),
+                                   "other_cpu_cores": max((p["other_cpu_cores"] for p in mine), default=0.0),
+                                   "errors": sum(p["errors"] for p in mine)}  # any variant's: none expected
+            for variant in VARIANTS:
+                own = [p for p in mine if p["variant"] == variant]
+                if own:
+                    row[variant] = {key: statistics.median(p[key] for p in own)
+                                    for key in ("rps", "p50_ms", "p90_ms", "p99_ms")}
+                    row[variant]["rps_per_round"] = [round(p["rps"], 1) for p in own]
+            for base in ("allow-all", "bare"):
+                ratios = [r["gpuguard"]["rps"] / r[base]["rps"] for r in by_round.values()
+                          if "gpuguard" in r and base in r and r[base]["rps"] > 0]
+                if ratios:
+                    row[f"ratio_{base}"] = {"median": statistics.median(ratios), "min": min(ratios),
+                                            "max": max(ratios), "per_round": [round(x, 3) for x in ratios]}
+            out.append(row)
+    return out
 
 
 def profile_server(workdir: Path, certs: Path, python: str, name: str,
@@ -213,9 +305,13 @@ def layers(profile: list[tuple[str, float, float]]) -> list[tuple[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every variant and body, optionally the profile, print the tables and write server.json."""
+    """Start the three servers, run the interleaved rounds, the fixed rates and the profile; write server.json."""
     parser = argparse.ArgumentParser(description="gpuguard server throughput and latency over TLS")
-    parser.add_argument("--duration", type=float, default=10, help="seconds per load point (default: 10, max 30)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved saturation rounds (default: %(default)s)")
+    parser.add_argument("--point", type=float, default=3, metavar="SECONDS",
+                        help="seconds per saturation point in a round (default: %(default)s)")
+    parser.add_argument("--duration", type=float, default=10,
+                        help="seconds per fixed-rate point (default: 10, max 30)")
     parser.add_argument("--rates", default="100,500,1000", help="fixed rates for /mutate (default: %(default)s)")
     parser.add_argument("--bodies", default="all", help="comma-separated body names (default: all)")
     parser.add_argument("--endpoints", default="mutate,validate", help="saturation endpoints (default: %(default)s)")
@@ -225,66 +321,73 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable,
                         help="interpreter that runs the servers (e.g. a venv with uvloop/httptools to compare)")
     parser.add_argument("--quiet-wait", type=float, default=120, metavar="SECONDS",
-                        help="wait up to this long for other work to leave the CPUs idle before each server "
+                        help="wait up to this long for other work to leave the CPUs idle before each round "
                              "(default: %(default)s)")
     parser.add_argument("--gc-tuned", nargs="?", const=GC_TUNED, metavar="freeze,G0,G1,G2",
                         help=f"run gpuguard with gc.freeze() after start-up and these gc thresholds (default "
                              f"{GC_TUNED}): the proposed fix for full-collection stalls, measured from bench/")
-    parser.add_argument("--quick", action="store_true", help="3 s per point, GPU Job body only: a smoke run")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 rounds of 2 s points and 3 s fixed-rate points, GPU Job body only: a smoke run "
+                             "(results in server-quick.json unless --tag says otherwise)")
     parser.add_argument("--tag", default="", help="suffix for the results file (server-TAG.json)")
     args = parser.parse_args(argv)
+    if args.quick and not args.tag:
+        args.tag = "quick"  # the recorded full run (server.json, the README's table) stays as it is
     from bodies import NAMES, ensure_bodies
 
     preflight()
     ensure_bodies()
+    count = 2 if args.quick else max(1, args.rounds)
+    point = 2.0 if args.quick else min(float(args.point), MAX_POINT_SECONDS)
     seconds = 3.0 if args.quick else min(float(args.duration), MAX_POINT_SECONDS)
     names = ["gpu-job-pvc"] if args.quick else (list(NAMES) if args.bodies == "all" else args.bodies.split(","))
     endpoints = args.endpoints.split(",")
     rates = [int(r) for r in args.rates.split(",") if r]
-    warmup, wait = 2.0, args.quiet_wait
+    wait = args.quiet_wait
 
     info = machine()
     packages = server_packages(args.python)
     print(f"machine: {machine_line(info)}", file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="gpuguard-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpuguard-bench-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         certs = make_certs(workdir / "certs")
-        off_config = all_off_config_text()
-        results: list[dict[str, Any]] = []
-        def gpuguard(n: str) -> Server:
-            if not args.gc_tuned:
-                return gpuguard_server(workdir, certs, None, cpu=SERVER_CPU, python=args.python, name=f"gpuguard-{n}")
-            server = gpuguard_server(workdir, certs, None, cpu=SERVER_CPU, python=args.python, name=f"gpuguard-{n}",
-                                     launcher=[str(HERE / "_serve.py")])
-            server.env = {"GPUGUARD_BENCH_GC": args.gc_tuned}
-            return server
-
-        results += bench_variant("gpuguard", gpuguard, names, endpoints, rates, seconds, warmup, wait)
-        if not args.no_baselines:
-            results += bench_variant(
-                "allow-all", lambda n: gpuguard_server(workdir, certs, off_config, cpu=SERVER_CPU,
-                                                       python=args.python, name=f"allow-all-{n}"),
-                names, endpoints, [], seconds, warmup, wait)
-            results += bench_variant("bare", lambda n: bare_server(workdir, certs, args.python), names, ["mutate"],
-                                     [], seconds, warmup, wait)
+        servers = make_servers(workdir, certs, args)
+        memory: dict[str, dict[str, Any]] = {}
+        for variant, server in servers.items():
+            stack.enter_context(running(server))
+            time.sleep(0.5)  # let start-up settle before reading its RSS
+            memory[variant] = {"rss_after_start_mb": rss_mb(server.pid), "peak_after_start_mb": peak_rss_mb(server.pid)}
+        pids = [s.pid for s in servers.values()]
+        memory["gpuguard"]["peak_after_body_mb"] = warm_up(servers, names, endpoints, 1)
+        points = rounds(servers, names, endpoints, count, point, wait)
+        summary = summarise(points, names, endpoints)
+        saturation = {r["body"]: r["gpuguard"]["rps"] for r in summary if r["endpoint"] == "mutate"}
+        wait_quiet(wait)
+        rate_points = fixed_rates(servers["gpuguard"], names, rates, seconds, pids, saturation, min(wait, 10))
+        for variant, server in servers.items():
+            memory[variant]["peak_end_mb"] = peak_rss_mb(server.pid)
+            memory[variant]["rss_end_mb"] = rss_mb(server.pid)
         profile = None
         if args.profile:
             wait_quiet(wait)
             profile = profile_server(workdir, certs, args.python, "gpu-job-pvc", seconds)
 
-    stack = ", ".join(f"{k} {v}" for k, v in packages.items())
+    stack_line = ", ".join(f"{k} {v}" for k, v in packages.items())
     gc_note = f"; gc tuned ({args.gc_tuned}) in gpuguard" if args.gc_tuned else ""
-    header = (f"machine: {machine_line(info)}\nserver: one worker pinned to CPU {SERVER_CPU}{gc_note}, "
-              f"--log-level info (one JSON line per review, to a file); load generator pinned to CPU {LOAD_CPU}; "
-              f"{seconds:.0f} s per point\nstack: {stack}\n")
-    tables = header + "\n" + render(results, names, endpoints, rates, profile)
+    header = (f"machine: {machine_line(info)}\nservers: {', '.join(servers)}, one worker each, all alive for the run, "
+              f"all pinned to CPU {SERVER_CPU}{gc_note}, --log-level info (one JSON line per review, to a file); "
+              f"load generator pinned to CPU {LOAD_CPU}\nsaturation: {count} interleaved rounds of {point:.0f} s "
+              f"points; fixed rates: {seconds:.0f} s points\nstack: {stack_line}\n")
+    tables = header + "\n" + render(summary, rate_points, memory, names, count, profile)
     print("\n" + tables)
     path = write_results(f"server{'-' + args.tag if args.tag else ''}", {
-        "settings": {"seconds_per_point": seconds, "rates": rates, "endpoints": endpoints, "bodies": names,
+        "settings": {"rounds": count, "seconds_per_saturation_point": point, "seconds_per_rate_point": seconds,
+                     "rates": rates, "endpoints": endpoints, "bodies": names, "variants": list(servers),
                      "wrk_connections": WRK_CONNECTIONS, "fixedrate_connections": FIXED_CONNECTIONS,
                      "server_cpu": SERVER_CPU, "load_cpu": LOAD_CPU, "python": args.python,
                      "server_python_packages": packages, "gc_tuned": args.gc_tuned},
-        "results": results, "profile": profile, "tables": tables,
+        "summary": summary, "points": points, "rates": rate_points, "memory": memory, "profile": profile,
+        "tables": tables,
     })
     print(f"\nresults: {path}")
     return 0
@@ -305,45 +408,53 @@ def _other(points: list[dict[str, Any]]) -> str:
     return f"{worst:.2f}" + (" DISTURBED" if worst > DISTURBED_CORES else "")
 
 
-def render(results: list[dict[str, Any]], names: list[str], endpoints: list[str], rates: list[int],
-           profile: list[tuple[str, float, float]] | None) -> str:
-    """The tables: saturation side by side with the baselines, fixed rates, and the profile."""
-    by = {(r["variant"], r["body"]): r for r in results}
+def _ratio(row: dict[str, Any], base: str) -> str | None:
+    r = row.get(f"ratio_{base}")
+    if r is None:
+        return None
+    spread = f" ({r['min']:.2f}-{r['max']:.2f})" if r["min"] != r["max"] else ""
+    return f"{r['median']:.2f}{spread}"
+
+
+def render(summary: list[dict[str, Any]], rate_points: list[dict[str, Any]], memory: dict[str, dict[str, Any]],
+           names: list[str], count: int, profile: list[tuple[str, float, float]] | None) -> str:
+    """The tables: interleaved saturation with the ratios, memory, fixed rates, and the profile."""
     out = []
     rows = []
-    for name in names:
-        g = by.get(("gpuguard", name))
-        if g is None:
-            continue
-        for endpoint in endpoints:
-            s = g["saturation"][endpoint]
-            base_rec = by.get(("allow-all", name), {})
-            base = base_rec.get("saturation", {}).get(endpoint)
-            bare_rec = by.get(("bare", name), {})
-            bare = bare_rec.get("saturation", {}).get(endpoint)
-            points = [p for p in (s, base, bare) if p]
-            rows.append([name, f"/{endpoint}", s["rps"], s["p50_ms"], s["p90_ms"], s["p99_ms"], s["errors"],
-                         base["rps"] if base else None, f"{s['rps'] / base['rps']:.2f}" if base else None,
-                         bare["rps"] if bare else None, g["peak_rss_mb"], _other(points)])
-    out.append(f"Saturation (wrk, {WRK_CONNECTIONS} connections, closed loop): gpuguard, the allow-all config "
-               "(every policy off) and the bare FastAPI app")
-    out.append(table(["body", "endpoint", "req/s", "p50 ms", "p90 ms", "p99 ms", "errors", "allow-all req/s",
-                      "ratio", "bare req/s", "peak RSS MB", "other CPU"], rows))
-    if rates:
+    for row in summary:
+        g, a, b = row.get("gpuguard", {}), row.get("allow-all"), row.get("bare")
+        rows.append([row["body"], f"/{row['endpoint']}", g.get("rps"), g.get("p50_ms"), g.get("p99_ms"),
+                     row["errors"], a["rps"] if a else None, b["rps"] if b else None, _ratio(row, "allow-all"),
+                     _ratio(row, "bare"), _other([{"other_cpu_cores": row["other_cpu_cores"]}])])
+    out.append(f"Saturation (wrk, {WRK_CONNECTIONS} connections, closed loop), {count} interleaved rounds: medians "
+               "over the rounds; ratios are medians of the per-round ratios (min-max in brackets)")
+    out.append(table(["body", "endpoint", "gpuguard req/s", "p50 ms", "p99 ms", "errors", "allow-all req/s",
+                      "bare req/s", "gpuguard / allow-all", "gpuguard / bare", "other CPU"], rows))
+    all_bare = [r["ratio_bare"]["median"] for r in summary if "ratio_bare" in r]
+    if all_bare:
+        out.append(f"gpuguard / bare over every body and endpoint: median {statistics.median(all_bare):.2f}, "
+                   f"lowest {min(all_bare):.2f}, highest {max(all_bare):.2f}")
+
+    out.append("\nMemory per worker (MiB): RSS right after start, before any request; peak (VmHWM) at the end of "
+               "the run")
+    out.append(table(["worker", "RSS after start", "peak RSS at end"],
+                     [[v, m.get("rss_after_start_mb"), m.get("peak_end_mb")] for v, m in memory.items()]))
+    after = memory.get("gpuguard", {}).get("peak_after_body_mb") or {}
+    if after:
+        out.append("gpuguard's peak RSS after the first requests of each body, in this order (MiB): "
+                   + ", ".join(f"{n} {after[n]}" for n in names if n in after))
+
+    if rate_points:
         rows = []
-        for name in names:
-            g = by.get(("gpuguard", name))
-            if g is None:
-                continue
-            for p in g["rates"]:
-                sat = p.get("saturation_rps")
-                over = p["unfinished"] > 0 or p["achieved_rps"] < 0.95 * p["target_rps"] or (
-                    sat is not None and p["target_rps"] > 0.95 * sat)
-                rows.append([name, int(p["target_rps"]), p["achieved_rps"], p["p50_ms"], p["p90_ms"], p["p99_ms"],
-                             p["max_ms"], p["errors"] + p["non_200"], _other([p]),
-                             "over capacity" if over else ""])
-        out.append(f"\nFixed rate on /mutate (bench/loadgen/fixedrate: open loop, {FIXED_CONNECTIONS} connections, "
-                   "latency from each request's due time, 1 s warm-up not counted)")
+        for p in rate_points:
+            sat = p.get("saturation_rps")
+            over = p["unfinished"] > 0 or p["achieved_rps"] < 0.95 * p["target_rps"] or (
+                sat is not None and p["target_rps"] > 0.95 * sat)
+            note = "over capacity" if over else ("queued (p50 over 50 ms)" if p["p50_ms"] > 50 else "")
+            rows.append([p["body"], int(p["target_rps"]), p["achieved_rps"], p["p50_ms"], p["p90_ms"], p["p99_ms"],
+                         p["max_ms"], p["errors"] + p["non_200"], _other([p]), note])
+        out.append(f"\nFixed rate on gpuguard's /mutate (bench/loadgen/fixedrate: open loop, {FIXED_CONNECTIONS} "
+                   "connections, latency from each request's due time, 1 s warm-up not counted)")
         out.append(table(["body", "target/s", "achieved/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors",
                           "other CPU", "note"], rows))
     if profile:
@@ -352,8 +463,9 @@ def render(results: list[dict[str, Any]], names: list[str], endpoints: list[str]
         out.append(table(["layer", "share"], [[name, f"{share:.1%}"] for name, share in layers(profile)]))
         out.append("")
         out.append(table(["module", "share"], [[m, f"{share:.1%}"] for m, _s, share in profile[:16]]))
-    out.append("\nother CPU: cores used by processes other than the server and the load generator during the "
-               f"point (worst of the row's points); above {DISTURBED_CORES} a point is retried once, then flagged.")
+    out.append("\nother CPU: cores used by processes other than the servers and the load generator during a point "
+               f"(worst of the row's points); above {DISTURBED_CORES} a point is flagged DISTURBED (a fixed-rate point "
+               "is retried once first; a saturation point never, see the rounds).")
     return "\n".join(out)
 
 
