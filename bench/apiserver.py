@@ -349,6 +349,30 @@ def server_side_latencies(log: Path) -> dict[str, list[float]]:
     return out
 
 
+def _variants(hooks: dict[str, str], args: argparse.Namespace) -> dict[str, str]:
+    """The webhook manifests as the options change them (the allow-all's conditions, reinvocation)."""
+    if args.allow_webhook_conditions != "same":
+        hooks["allow-webhook"] = _other_conditions(hooks["allow-webhook"], args.allow_webhook_conditions)
+    if args.reinvocation_policy:
+        hooks = {k: re.sub(r"reinvocationPolicy: \w+", f"reinvocationPolicy: {args.reinvocation_policy}", v)
+                 for k, v in hooks.items()}
+    return hooks
+
+
+def _other_conditions(manifest: str, which: str) -> str:
+    """``manifest``'s webhooks with other matchConditions: ``name`` (one that reads only the object's name,
+    false for the cpu-pods) or those listed in the YAML file ``which``."""
+    import yaml
+
+    conditions = ([{"name": "not-cpu-pods", "expression": "!object.metadata.name.startsWith('cpu-pod-')"}]
+                  if which == "name" else yaml.safe_load(Path(which).read_text()))
+    documents = list(yaml.safe_load_all(manifest))
+    for document in documents:
+        for hook in document.get("webhooks", []):
+            hook["matchConditions"] = conditions
+    return yaml.safe_dump_all(documents, sort_keys=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Start the control plane and both webhooks, run the interleaved rounds, print and write apiserver.json."""
     argv = sys.argv[1:] if argv is None else argv
@@ -366,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reinvocation-policy", choices=("IfNeeded", "Never"), default=None,
                         help="override the mutating webhook's reinvocationPolicy in the generated configuration "
                              "(to measure what the Pod reinvocation costs)")
+    parser.add_argument("--allow-webhook-conditions", default="same", metavar="same|name|FILE",
+                        help="the allow-all webhook's matchConditions: gpuguard's (default); 'name', one that only "
+                             "reads the object's name (false for the cpu-pod creates): the apiserver's fixed price "
+                             "of evaluating any condition, so the cpu-pod rows tell what gpuguard's costs beyond it; "
+                             "or a YAML file holding a list of matchConditions to measure beside gpuguard's")
     parser.add_argument("--tag", default="", help="suffix for the results file (apiserver-TAG.json)")
     parser.add_argument("--warmup", type=int, default=10, help="uncounted creates per round (default: %(default)s)")
     parser.add_argument("--keep-log", metavar="FILE", help="copy gpuguard's log here")
@@ -392,9 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         hooks = {name: gpuguard_cli("webhook-config", "--url", srv.url, "--ca", str(certs / "ca.crt"),
                                     "--failure-policy", "Fail")
                  for name, srv in (("gpuguard", server), ("allow-webhook", bare))}
-        if args.reinvocation_policy:
-            hooks = {k: re.sub(r"reinvocationPolicy: \w+", f"reinvocationPolicy: {args.reinvocation_policy}", v)
-                     for k, v in hooks.items()}
+        hooks = _variants(hooks, args)
         print("starting the control plane (etcd, kube-apiserver)...", file=sys.stderr)
         with ControlPlane(controller_manager=False, verbose=False, workdir=workdir / "cluster") as cp:
             cp.kubectl("apply", "-f", str(PRIORITY_CLASSES))

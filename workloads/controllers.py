@@ -107,6 +107,12 @@ class TrustedControllers:
         """Every trusted controller identity (the webhook configurations keep their updates away)."""
         return self._users
 
+    def left_alone(self) -> list[tuple[str, GroupKind, GroupKind]]:
+        """(username, owner, created) for every edge whose objects gpuguard leaves alone (not ``mutate``):
+        the webhook configurations keep those creates away while ``trustControllerPods`` is on."""
+        return sorted((user, owner, child) for (user, owner, child), (_, mutate) in self._edges.items()
+                      if not mutate)
+
     def is_controller(self, username: str) -> bool:
         """Whether the requester is a trusted controller at all (whatever the object)."""
         return username in self._users

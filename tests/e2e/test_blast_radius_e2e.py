@@ -209,3 +209,34 @@ def test_stopped_scaling_of_cpu_workloads_and_deletions_go_on(cluster):
                 timeout=20, interval=0.5, message="the GPU Job and its pod deleted")
     assert cp.kubectl("delete", "namespace", ns, "--wait=false").returncode == 0
     cp.wait_for(lambda: _gone(cp, "namespace", ns), timeout=20, interval=0.5, message="the namespace deleted")
+
+
+def test_stopped_controllers_still_create_the_pods_of_judged_gpu_workloads(cluster):
+    """A GPU Deployment judged while gpuguard ran keeps its pods coming while gpuguard is down.
+
+    The ReplicaSet controller's Pods of a ReplicaSet (and the Deployment controller's ReplicaSets)
+    are left alone by the engine, decided by identity and owner kind; the matchConditions decide it
+    by the same two facts, so those creates never reach gpuguard, up or down.
+    """
+    cp, server = cluster
+    server.start()
+    server.register(cp)
+    ns = _namespace(cp)
+    cp.wait_for(lambda: _gpu_pod_mutated(cp, ns), timeout=60, message="gpuguard back in force")
+    created = _apply(cp, gpu_deployment(ns, "serve"))
+    assert created.returncode == 0, created.stderr
+    cp.wait_for(lambda: len(_pods(cp, ns, "app=serve")) == 2, timeout=90, message="the GPU Deployment's two pods")
+    reviewed = server.log.read_text(errors="replace")
+    assert f'"kind":"Deployment","namespace":"{ns}"' in reviewed, "the user's Deployment is judged"
+    assert f'"kind":"ReplicaSet","namespace":"{ns}"' not in reviewed, "the controller's ReplicaSet never reached it"
+    assert f'"kind":"Pod","namespace":"{ns}","name":"serve-' not in reviewed, "nor the controller's pods"
+    server.stop()
+    scaled = cp.kubectl("scale", "deployment/serve", "--replicas=4", "-n", ns, check=False)
+    assert scaled.returncode == 0, scaled.stderr
+    pods = cp.wait_for(lambda: len(_pods(cp, ns, "app=serve")) == 4 and _pods(cp, ns, "app=serve"), timeout=60,
+                       message="the scaled GPU Deployment's new pods, created while gpuguard is down")
+    for pod in pods:  # as the judged template says (it was mutated when the Deployment was admitted)
+        assert any(t.get("key") == "nvidia.com/gpu" for t in pod["spec"].get("tolerations", []))
+    # A user's own GPU pod still waits for gpuguard.
+    refused = _apply(cp, gpu_pod(ns, "by-hand"))
+    assert refused.returncode != 0 and "failed calling webhook" in refused.stderr

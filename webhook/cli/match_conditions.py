@@ -27,7 +27,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpuguard.policies.base import CpuScope
-from gpuguard.workloads.kinds import KINDS, KindSpec, PathPattern
+from gpuguard.workloads.controllers import GroupKind
+from gpuguard.workloads.kinds import KINDS, KindSpec, PathPattern, lookup_group_kind
 
 MAX_MATCH_CONDITIONS = 64  # the apiserver's limit per webhook
 _ACCELERATORS_ONLY = CpuScope()
@@ -63,9 +64,29 @@ def _glob_regex(pattern: str) -> str:
 
 
 def accelerator_test(patterns: Iterable[str], var: str) -> str:
-    """CEL: resource name ``var`` matches one of the accelerator globs (one anchored RE2 regex)."""
-    alternatives = "|".join(_glob_regex(p) for p in patterns)
-    return f"{var}.matches({_lit('^(' + alternatives + ')$')})" if alternatives else "false"
+    """CEL: resource name ``var`` matches one of the accelerator globs.
+
+    Exact names are one ``in`` test against a list, ``prefix*`` globs a ``startsWith`` each, and only
+    other globs a regex: the apiserver evaluates this for every container limit of every object the
+    rules send it, and a regex is the most expensive of the three.
+    """
+    exact: list[str] = []
+    terms: list[str] = []
+    others: list[str] = []
+    for pattern in patterns:
+        head = pattern[:-1] if pattern.endswith("*") else None
+        if not any(c in pattern for c in "*?["):
+            exact.append(pattern)
+        elif head is not None and not any(c in head for c in "*?["):
+            terms.append(f"{var}.startsWith({_lit(head)})")
+        else:
+            others.append(pattern)
+    if exact:
+        terms.insert(0, f"{var} in {_list(exact)}")
+    if others:
+        alternatives = "|".join(_glob_regex(p) for p in others)
+        terms.append(f"{var}.matches({_lit('^(' + alternatives + ')$')})")
+    return " || ".join(terms) if terms else "false"
 
 
 def _optional(var: str, steps: tuple[str, ...], default: str) -> str:
@@ -162,18 +183,42 @@ def build_match_conditions(patterns: Iterable[str], scope: CpuScope = _ACCELERAT
 
 # ---------------------------------------------------------------- blast radius
 
-CONTROLLER_UPDATES = "not-controller-updates"
+CONTROLLER_REQUESTS = "not-controller-requests"
 METADATA_ONLY_UPDATES = "not-finalizer-only-updates"
+MERGED_NAME = "judged-requests"
 _SUBRESOURCE = "(has(request.subResource) && request.subResource != '')"
+_RESOURCE = "(request.resource.resource + '/' + (has(request.resource.group) ? request.resource.group : ''))"
+# The owner's API group, from an ownerReference's apiVersion ("apps/v1" -> "apps", "v1" -> "").
+_OWNER_GROUP = ("(r.?apiVersion.orValue('').contains('/') ? "
+                "r.apiVersion.substring(0, r.apiVersion.lastIndexOf('/')) : '')")
 
 
-def blast_radius_conditions(controller_users: Iterable[str]) -> list[dict[str, str]]:
+def _create_keys(creates: Iterable[tuple[str, GroupKind, GroupKind]]) -> list[str]:
+    """``user|ownerGroup/OwnerKind|plural/group`` for each edge whose created kind the rules intercept."""
+    keys = set()
+    for user, (owner_group, owner_kind), (group, kind) in creates:
+        spec = lookup_group_kind(group, kind)
+        if spec is not None:
+            keys.add(f"{user}|{owner_group}/{owner_kind}|{spec.plural}/{spec.group}")
+    return sorted(keys)
+
+
+ControllerEdge = tuple[str, GroupKind, GroupKind]  # (username, owner, created)
+
+
+def blast_radius_conditions(controller_users: Iterable[str],
+                            controller_creates: Iterable[ControllerEdge] = ()) -> list[dict[str, str]]:
     """Conditions that keep requests gpuguard would not judge anyway away from it (and from its outages).
 
     - UPDATEs by trusted controllers (the job controller and garbage collector removing finalizers,
       the Deployment controller's revision annotation): gpuguard never mutates them and never
       refuses a controller carrying out what it judged in the parent; with gpuguard down they
       would hold deleted Jobs' pods and whole namespaces in Terminating.
+    - CREATEs by a trusted controller of an object whose controlling owner is a kind it creates that
+      kind for (``controller_creates``: the ReplicaSet controller's Pods of a ReplicaSet), which
+      gpuguard leaves alone while ``trustControllerPods`` is on: the same two facts the engine
+      decides it by (``gpuguard.workloads.controllers``), identity and owner kind.  Edges whose
+      objects are still judged (``mutate``: a Trainer's JobSet) are not in it.
     - UPDATEs that change neither spec nor labels, annotations or owners (finalizers,
       resourceVersion bookkeeping): nothing any policy reads changed.
 
@@ -185,8 +230,29 @@ def blast_radius_conditions(controller_users: Iterable[str]) -> list[dict[str, s
         ".metadata.?ownerReferences.orValue([])"))
     out = [{"name": METADATA_ONLY_UPDATES,
             "expression": f"request.operation != 'UPDATE' || {_SUBRESOURCE} || oldObject == null || !({same})"}]
-    if users:
-        out.insert(0, {"name": CONTROLLER_UPDATES,
-                       "expression": f"request.operation != 'UPDATE' || {_SUBRESOURCE} || "
-                                     f"!(request.userInfo.username in {_list(users)})"})
+    if not users:
+        return out
+    keys = _create_keys(controller_creates)
+    if keys:
+        owned = (f"[{_RESOURCE}].exists(rk, object.metadata.?ownerReferences.orValue([]).exists(r, "
+                 f"r.?controller.orValue(false) && (request.userInfo.username + '|' + {_OWNER_GROUP} + '/' + "
+                 f"r.?kind.orValue('') + '|' + rk) in {_list(keys)}))")
+        controller = f"(request.operation == 'CREATE' && !{owned})"
+    else:
+        controller = "request.operation != 'UPDATE'"
+    out.insert(0, {"name": CONTROLLER_REQUESTS,
+                   "expression": f"{_SUBRESOURCE} || !(request.userInfo.username in {_list(users)}) || {controller}"})
     return out
+
+
+def merge(conditions: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The conditions as one, joined by ``&&`` in the order given.
+
+    The apiserver evaluates every condition of a webhook before it looks for a false one, but CEL's
+    ``&&`` stops at the first false operand: one condition whose cheap parts come first (a
+    controller's request, a metadata-only update) skips the accelerator walk for most requests
+    that never reach gpuguard, and costs one evaluation instead of three.
+    """
+    if len(conditions) <= 1:
+        return [dict(c) for c in conditions]
+    return [{"name": MERGED_NAME, "expression": " && ".join(f"({c['expression']})" for c in conditions)}]

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gpuguard.webhook.exitcodes import ExitCode
+from gpuguard.workloads.controllers import GroupKind, TrustedControllers
 from gpuguard.workloads.kinds import KINDS
 
 MUTATE_PATH = "/mutate"
@@ -51,10 +52,10 @@ def scale_rules() -> list[dict[str, Any]]:
     return rules
 
 
-def _shipped_controller_users() -> frozenset[str]:
+def _shipped_controllers() -> TrustedControllers:
     from gpuguard.webhook.config import load_config
 
-    return load_config(None).controllers.users()
+    return load_config(None).controllers
 
 
 def build_rules(operations: list[str], scale: bool = False) -> list[dict[str, Any]]:
@@ -138,6 +139,7 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
     port: int = 443,
     match_conditions: list[dict[str, str]] | None = None,
     controller_users: Iterable[str] | None = None,
+    controller_creates: Iterable[tuple[str, GroupKind, GroupKind]] | None = None,
     scale_failure_policy: str = "Ignore",
 ) -> list[dict[str, Any]]:
     """The MutatingWebhookConfiguration and ValidatingWebhookConfiguration, as dicts.
@@ -148,20 +150,25 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
     own it (an empty value in applied manifests would be reset on every ``kubectl apply``).
     ``namespace`` is gpuguard's own namespace, excluded from interception.  ``match_conditions``
     (default: :func:`match_conditions` of the shipped config) keep CPU-only objects away;
-    ``controller_users`` (default: the shipped trusted controllers) and finalizer-only updates are
-    kept away too (``blast_radius_conditions``).  ``kubectl scale`` is judged by a webhook of its
-    own, ``scale.gpuguard.io``, with ``scale_failure_policy`` (default Ignore): a Scale carries no
-    template to filter on, so under Fail an outage would stop scaling of every CPU workload; what is
-    scaled past a cap meanwhile is what ``gpuguard audit --cluster`` reports.
+    ``controller_users``' updates, ``controller_creates``' creates (default: the shipped trusted
+    controllers, ``trustControllerPods`` on) and finalizer-only updates are kept away too
+    (``blast_radius_conditions``); all of it is one condition (``merge``).  ``kubectl scale`` is
+    judged by a webhook of its own, ``scale.gpuguard.io``, with ``scale_failure_policy`` (default
+    Ignore): a Scale carries no template to filter on, so under Fail an outage would stop scaling
+    of every CPU workload; what is scaled past a cap meanwhile is what ``gpuguard audit --cluster``
+    reports.
     """
     _validate(url, service, port, failure_policy, timeout_seconds, namespace)
     if scale_failure_policy not in FAILURE_POLICIES:
         raise WebhookConfigError(f"--scale-failure-policy must be one of {', '.join(FAILURE_POLICIES)}")
     conditions = match_conditions_for(None) if match_conditions is None else match_conditions
-    from gpuguard.webhook.cli.match_conditions import blast_radius_conditions
+    from gpuguard.webhook.cli.match_conditions import blast_radius_conditions, merge
 
-    users = _shipped_controller_users() if controller_users is None else controller_users
-    conditions = [*conditions, *blast_radius_conditions(users)]
+    shipped = _shipped_controllers() if controller_users is None or controller_creates is None else None
+    users = shipped.users() if controller_users is None and shipped else controller_users or ()
+    creates = shipped.left_alone() if controller_creates is None and shipped else controller_creates or ()
+    # Cheap tests first: most requests that never reach gpuguard are settled before the accelerator walk.
+    conditions = merge([*blast_radius_conditions(users, creates), *conditions])
     excluded = [*SYSTEM_NAMESPACES, *([namespace] if namespace not in SYSTEM_NAMESPACES else [])]
     namespace_selector = {
         "matchExpressions": [
@@ -172,6 +179,9 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
 
     def webhook(hook_name: str, path: str, operations: list[str], scale: bool | None,
                 policy: str = failure_policy) -> dict[str, Any]:
+        # The scale webhook's requests are all Scales (a subresource, which every condition lets
+        # through): it carries none, so the apiserver evaluates nothing for it.
+        hook_conditions = conditions if scale is not None else []
         return {
             "name": hook_name,
             "admissionReviewVersions": ["v1"],
@@ -182,7 +192,7 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
             "namespaceSelector": namespace_selector,
             "sideEffects": "None",
             "timeoutSeconds": timeout_seconds,
-            **({"matchConditions": [dict(c) for c in conditions]} if conditions else {}),
+            **({"matchConditions": [dict(c) for c in hook_conditions]} if hook_conditions else {}),
         }
 
     # Mutation runs on UPDATE too: a re-apply or replace must get gpuguard's changes back, not strip
@@ -245,7 +255,7 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
-def _conditions_or_error(config_path: str | None) -> tuple[list[dict[str, str]], frozenset[str]]:
+def _conditions_or_error(config_path: str | None) -> tuple[list[dict[str, str]], TrustedControllers, bool]:
     """matchConditions and trusted controller identities for the CLI; says on stderr why there are no
     accelerator conditions when a policy needs every object."""
     from gpuguard.webhook.cli.match_conditions import build_match_conditions, cpu_scope
@@ -259,7 +269,8 @@ def _conditions_or_error(config_path: str | None) -> tuple[list[dict[str, str]],
     if scope.everything:
         print(f"gpuguard: note: no matchConditions, every intercepted object reaches the webhook: {scope.reason}",
               file=sys.stderr)
-    return build_match_conditions(accelerator_resource_patterns(config), scope), config.controllers.users()
+    return (build_match_conditions(accelerator_resource_patterns(config), scope), config.controllers,
+            config.trust_controller_pods)
 
 
 def cmd_webhook_config(args: argparse.Namespace) -> int:
@@ -275,12 +286,13 @@ def cmd_webhook_config(args: argparse.Namespace) -> int:
         if args.url is not None and args.port is not None:
             raise WebhookConfigError("--port applies to --service only; put the port in --url")
         namespace = args.namespace or (args.service[0] if args.service else "gpuguard")
-        conditions, controllers = _conditions_or_error(args.config)
+        conditions, controllers, trust_pods = _conditions_or_error(args.config)
         documents = build_webhook_configurations(
             url=args.url, service=args.service, ca_bundle=ca_bundle, name=args.name,
             failure_policy=args.failure_policy, timeout_seconds=args.timeout, namespace=namespace,
             port=args.port if args.port is not None else 443, match_conditions=conditions,
-            controller_users=controllers, scale_failure_policy=args.scale_failure_policy,
+            controller_users=controllers.users(), scale_failure_policy=args.scale_failure_policy,
+            controller_creates=controllers.left_alone() if trust_pods else [],
         )
     except WebhookConfigError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)

@@ -250,12 +250,53 @@ def test_scale_subresources_are_validated_not_mutated() -> None:
 
 
 def test_controller_and_finalizer_only_updates_are_kept_away() -> None:
-    from gpuguard.webhook.cli.match_conditions import CONTROLLER_UPDATES, METADATA_ONLY_UPDATES
+    from gpuguard.webhook.cli.match_conditions import (
+        CONTROLLER_REQUESTS,
+        METADATA_ONLY_UPDATES,
+        blast_radius_conditions,
+    )
 
-    mutating, validating = _build(controller_users=["system:serviceaccount:kube-system:job-controller"])
-    for hook in (*mutating["webhooks"], *validating["webhooks"]):
-        conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
-        assert "'system:serviceaccount:kube-system:job-controller'" in conditions[CONTROLLER_UPDATES]
-        assert "request.subResource" in conditions[CONTROLLER_UPDATES]  # an HPA's scale is still judged
-        for field in ("spec", "labels", "annotations", "ownerReferences"):
-            assert field in conditions[METADATA_ONLY_UPDATES]
+    job_controller = "system:serviceaccount:kube-system:job-controller"
+    parts = {c["name"]: c["expression"] for c in blast_radius_conditions(
+        [job_controller], [(job_controller, ("batch", "Job"), ("", "Pod"))])}
+    assert f"'{job_controller}'" in parts[CONTROLLER_REQUESTS]
+    assert "request.subResource" in parts[CONTROLLER_REQUESTS]  # an HPA's scale is still judged
+    # Its creates only of what it makes for the owner kind it makes it for: the engine's two facts.
+    assert f"'{job_controller}|batch/Job|pods/'" in parts[CONTROLLER_REQUESTS]
+    for field in ("spec", "labels", "annotations", "ownerReferences"):
+        assert field in parts[METADATA_ONLY_UPDATES]
+    # Without create edges (trustControllerPods off) only its updates are kept away.
+    updates_only = blast_radius_conditions([job_controller])[0]["expression"]
+    assert "request.operation != 'UPDATE'" in updates_only and "ownerReferences" not in updates_only
+    mutating, validating = _build(controller_users=[job_controller])
+    for hook in (mutating["webhooks"][0], validating["webhooks"][0]):
+        (merged,) = hook["matchConditions"]  # one condition: CEL's && stops at the first false part
+        assert f"'{job_controller}'" in merged["expression"] and "oldObject" in merged["expression"]
+    assert "matchConditions" not in validating["webhooks"][1], "the scale webhook's requests are all Scales"
+
+
+def test_the_shipped_creates_kept_away_are_the_edges_gpuguard_leaves_alone() -> None:
+    from gpuguard.webhook.config import load_config
+
+    controllers = load_config(None).controllers
+    edges = controllers.left_alone()
+    assert ("system:serviceaccount:kube-system:replicaset-controller", ("apps", "ReplicaSet"), ("", "Pod")) in edges
+    # The Trainer's JobSet is derived from a runtime and judged when it is created: never kept away.
+    assert not any(child == ("jobset.x-k8s.io", "JobSet") and owner[1] == "TrainJob" for _, owner, child in edges)
+    (hook,) = _build()[0]["webhooks"]
+    assert "kubeflow-trainer-controller-manager|trainer.kubeflow.org/TrainJob" not in hook["matchConditions"][0][
+        "expression"]
+
+
+
+def test_with_trust_controller_pods_off_controllers_creates_reach_gpuguard(tmp_path) -> None:
+    """The engine then validates what controllers create, so the conditions must send it."""
+    from tests.support.server import run_cli
+
+    config = tmp_path / "config.yaml"
+    config.write_text("apiVersion: gpuguard.io/v1alpha1\nkind: GpuguardConfig\ntrustControllerPods: false\n")
+    off = run_cli("webhook-config", "--service", "gpuguard/gpuguard", "--config", str(config))
+    on = run_cli("webhook-config", "--service", "gpuguard/gpuguard")
+    assert off.returncode == 0 == on.returncode, off.stderr + on.stderr
+    assert "|apps/ReplicaSet|pods/" in on.stdout and "|apps/ReplicaSet|pods/" not in off.stdout
+    assert "system:serviceaccount:kube-system:job-controller" in off.stdout  # its updates still kept away
