@@ -6,6 +6,8 @@
 * ``GPUGUARD_BENCH_GC=freeze,G0,G1,G2``: after the imports, ``gc.collect(); gc.freeze()`` and
   ``gc.set_threshold(G0, G1, G2)`` -- the GC tuning ``gpuguard serve`` applies itself (``webhook/server/app.py``),
   applied from outside to measure a server without it (``python bench/server.py --gc-tuned``).
+* ``GPUGUARD_BENCH_INLINE=1``: reviews are judged on the event loop instead of in the engine's
+  threads, to measure what the hand-over to a thread costs (``python bench/server.py --breakdown``).
 
 ``python bench/_serve.py serve ARGS...`` (the arguments of ``gpuguard serve``).
 """
@@ -19,6 +21,7 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, not bench/
 
@@ -52,8 +55,21 @@ def _tune_gc(spec: str) -> None:
         gc.set_threshold(*(int(p) for p in parts))
 
 
+def _judge_inline() -> None:
+    from gpuguard.webhook.server import review
+
+    threaded = review._judge_in_time
+
+    async def inline(server: Any, endpoint: str, req: Any, pool: Any) -> Any:
+        return await threaded(server, endpoint, req, None)  # no pool: the engine runs on the event loop
+
+    review._judge_in_time = inline  # type: ignore[assignment]
+
+
 def main() -> int:
     """Apply the switches, then hand over to ``gpuguard``'s own CLI unchanged."""
+    if os.environ.get("GPUGUARD_BENCH_INLINE"):
+        _judge_inline()
     if os.environ.get("GPUGUARD_BENCH_GC"):
         _tune_gc(os.environ["GPUGUARD_BENCH_GC"])
     if os.environ.get("GPUGUARD_BENCH_PROFILE"):

@@ -159,8 +159,8 @@ def make_servers(workdir: Path, certs: Path, args: argparse.Namespace) -> dict[s
     return servers
 
 
-def warm_up(servers: dict[str, Server], names: list[str], endpoints: list[str],
-            seconds: float) -> dict[str, float | None]:
+def warm_up(servers: dict[str, Server], names: list[str], endpoints: list[str], seconds: float,
+            watched: str | None = "gpuguard") -> dict[str, float | None]:
     """A short load on every server, body by body; gpuguard's peak RSS after each body (not recorded as speed).
 
     Why body by body: the peak grows with the largest body a worker has parsed, so the peaks read
@@ -173,7 +173,8 @@ def warm_up(servers: dict[str, Server], names: list[str], endpoints: list[str],
         for server in servers.values():
             for endpoint in endpoints:
                 wrk(f"{server.url}/{endpoint}", body_path(name, endpoint), seconds)
-        peaks[name] = peak_rss_mb(servers["gpuguard"].pid)
+        if watched is not None:
+            peaks[name] = peak_rss_mb(servers[watched].pid)
     return peaks
 
 
@@ -255,6 +256,46 @@ def summarise(points: list[dict[str, Any]], names: list[str], endpoints: list[st
     return out
 
 
+BREAKDOWN = (  # variant, launcher environment, log level, config: each step removes one cost of the one before
+    ("gpuguard", {}, "info", None),
+    ("engine on the event loop", {"GPUGUARD_BENCH_INLINE": "1"}, "info", None),
+    ("... and no review log line", {"GPUGUARD_BENCH_INLINE": "1"}, "warning", None),
+    ("... and every policy off", {"GPUGUARD_BENCH_INLINE": "1"}, "warning", "off"),
+    ("bare FastAPI app", None, "", None),  # the last step: envelope, object copy, view, diff, metrics, routing
+)
+
+
+def breakdown(workdir: Path, certs: Path, python: str, count: int, seconds: float,
+              quiet_wait: float) -> list[dict[str, Any]]:
+    """Where gpuguard's distance to the bare stack goes (GPU Job, /mutate): interleaved rounds over servers
+    that each drop one more cost -- the engine's thread hand-over, the JSON log line, the policies."""
+    servers: dict[str, Server] = {}
+    for index, (label, env, level, config) in enumerate(BREAKDOWN):
+        if env is None:
+            servers[label] = bare_server(workdir, certs, python)
+            continue
+        server = gpuguard_server(workdir, certs, all_off_config_text() if config == "off" else None, cpu=SERVER_CPU,
+                                 python=python, name=f"breakdown-{index}", log_level=level,
+                                 launcher=[str(HERE / "_serve.py")])
+        server.env = env
+        servers[label] = server
+    with ExitStack() as stack:
+        for server in servers.values():
+            stack.enter_context(running(server))
+        warm_up(servers, ["gpu-job-pvc"], ["mutate"], 1, None)
+        points = rounds(servers, ["gpu-job-pvc"], ["mutate"], count, seconds, quiet_wait)
+    bare = {p["round"]: p["rps"] for p in points if p["variant"] == "bare FastAPI app"}
+    out = []
+    for label, *_ in BREAKDOWN:
+        own = [p for p in points if p["variant"] == label]
+        rps = statistics.median(p["rps"] for p in own)
+        out.append({"variant": label, "rps": rps, "us_per_review": 1e6 / rps,
+                    "ratio_bare": statistics.median(p["rps"] / bare[p["round"]] for p in own),
+                    "rps_per_round": [round(p["rps"], 1) for p in own],
+                    "other_cpu_cores": max(p["other_cpu_cores"] for p in own)})
+    return out
+
+
 def profile_server(workdir: Path, certs: Path, python: str, name: str,
                    seconds: float) -> list[tuple[str, float, float]]:
     """Profile gpuguard (cProfile, only while wrk saturates it with one body); self time grouped by module."""
@@ -318,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-baselines", action="store_true", help="skip the allow-all and bare baselines")
     parser.add_argument("--profile", action="store_true",
                         help="also profile gpuguard at saturation on gpu-job-pvc (cProfile, grouped by module)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also split gpuguard's distance to the bare stack (GPU Job /mutate, 5 interleaved "
+                             "rounds): engine thread hand-over, review log line, policies, the rest")
     parser.add_argument("--python", default=sys.executable,
                         help="interpreter that runs the servers (e.g. a venv with uvloop/httptools to compare)")
     parser.add_argument("--quiet-wait", type=float, default=120, metavar="SECONDS",
@@ -367,6 +411,10 @@ def main(argv: list[str] | None = None) -> int:
         for variant, server in servers.items():
             memory[variant]["peak_end_mb"] = peak_rss_mb(server.pid)
             memory[variant]["rss_end_mb"] = rss_mb(server.pid)
+        split = None
+        if args.breakdown:
+            wait_quiet(wait)
+            split = breakdown(workdir, certs, args.python, 2 if args.quick else 5, point, wait)
         profile = None
         if args.profile:
             wait_quiet(wait)
@@ -378,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
               f"all pinned to CPU {SERVER_CPU}{gc_note}, --log-level info (one JSON line per review, to a file); "
               f"load generator pinned to CPU {LOAD_CPU}\nsaturation: {count} interleaved rounds of {point:.0f} s "
               f"points; fixed rates: {seconds:.0f} s points\nstack: {stack_line}\n")
-    tables = header + "\n" + render(summary, rate_points, memory, names, count, profile)
+    tables = header + "\n" + render(summary, rate_points, memory, names, count, split, profile)
     print("\n" + tables)
     path = write_results(f"server{'-' + args.tag if args.tag else ''}", {
         "settings": {"rounds": count, "seconds_per_saturation_point": point, "seconds_per_rate_point": seconds,
@@ -386,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
                      "wrk_connections": WRK_CONNECTIONS, "fixedrate_connections": FIXED_CONNECTIONS,
                      "server_cpu": SERVER_CPU, "load_cpu": LOAD_CPU, "python": args.python,
                      "server_python_packages": packages, "gc_tuned": args.gc_tuned},
-        "summary": summary, "points": points, "rates": rate_points, "memory": memory, "profile": profile,
+        "summary": summary, "points": points, "rates": rate_points, "memory": memory, "breakdown": split,
+        "profile": profile,
         "tables": tables,
     })
     print(f"\nresults: {path}")
@@ -417,7 +466,8 @@ def _ratio(row: dict[str, Any], base: str) -> str | None:
 
 
 def render(summary: list[dict[str, Any]], rate_points: list[dict[str, Any]], memory: dict[str, dict[str, Any]],
-           names: list[str], count: int, profile: list[tuple[str, float, float]] | None) -> str:
+           names: list[str], count: int, split: list[dict[str, Any]] | None,
+           profile: list[tuple[str, float, float]] | None) -> str:
     """The tables: interleaved saturation with the ratios, memory, fixed rates, and the profile."""
     out = []
     rows = []
@@ -457,6 +507,16 @@ def render(summary: list[dict[str, Any]], rate_points: list[dict[str, Any]], mem
                    "connections, latency from each request's due time, 1 s warm-up not counted)")
         out.append(table(["body", "target/s", "achieved/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors",
                           "other CPU", "note"], rows))
+    if split:
+        rows = []
+        for before, row in zip([None, *split], split, strict=False):
+            step = before["us_per_review"] - row["us_per_review"] if before else None
+            rows.append([row["variant"], row["rps"], row["us_per_review"], step, f"{row['ratio_bare']:.2f}",
+                         _other([row])])
+        out.append("\nWhere the distance to the bare stack goes (gpu-job-pvc, /mutate; interleaved rounds, one server "
+                   "per row, each dropping one more cost than the row above)")
+        out.append(table(["server", "req/s", "us per review", "us saved by this step", "ratio to bare",
+                          "other CPU"], rows))
     if profile:
         out.append("\nWhere a saturated gpuguard worker spends its CPU (gpu-job-pvc, /mutate, under wrk; cProfile "
                    "self time, profiler overhead included): by layer, then the top modules")
