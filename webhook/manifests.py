@@ -15,7 +15,7 @@ import re
 import stat
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatch
 from typing import IO, Any
 
@@ -218,24 +218,62 @@ def _special_file(mode: int) -> str | None:
     return f"not a regular file ({kind}); manifests are read from regular files or stdin"
 
 
-def load(paths: Iterable[str], *, stdin: IO[bytes] | IO[str] | None = None,
-         exclude: Iterable[str] = ()) -> Iterator[Document]:
-    """Every document of every input, in order; unreadable inputs become error documents."""
+class StdinText:
+    """Stdin read once and kept, for a reader that passes over its inputs twice (``gpuguard audit``)."""
+
+    def __init__(self, stream: IO[bytes] | IO[str] | None = None) -> None:
+        self._stream = stream
+        self._read: tuple[str, str] | ManifestError | None = None
+
+    def read_text(self) -> tuple[str, str]:
+        """``read_text(STDIN)``, read on the first call; its ``ManifestError`` raised again on every call."""
+        if self._read is None:
+            try:
+                self._read = read_text(STDIN, self._stream)
+            except ManifestError as exc:
+                self._read = exc
+        if isinstance(self._read, ManifestError):
+            raise self._read
+        return self._read
+
+
+def may_hold(text: str, words: Iterable[str]) -> bool:
+    """Whether a document of ``text`` can have one of ``words`` as a value: the word is written out, or
+    a backslash escape (JSON, double-quoted YAML) could spell it.  Cheaper than parsing, never wrong the
+    other way: a text for which it is false holds none."""
+    return "\\" in text or any(word in text for word in words)
+
+
+def load(paths: Iterable[str], *, stdin: IO[bytes] | IO[str] | StdinText | None = None,
+         exclude: Iterable[str] = (), only_if: Iterable[str] = ()) -> Iterator[Document]:
+    """Every document of every input, in order, one at a time; unreadable inputs become error documents.
+
+    With ``only_if``, an input whose text cannot hold any of those words (``may_hold``) is read but not
+    parsed, and yields nothing: a pass that looks for a few kinds skips the rest cheaply.
+    """
+    words = tuple(only_if)
     for path in iter_paths(paths, exclude):
         try:
-            source, text = read_text(path, stdin)
+            if path == STDIN and isinstance(stdin, StdinText):
+                source, text = stdin.read_text()
+            else:
+                source, text = read_text(path, stdin if not isinstance(stdin, StdinText) else None)
         except ManifestError as exc:
             yield Document(exc.source, 0, error=exc.error)
+            continue
+        if words and not may_hold(text, words):
             continue
         yield from parse_text(text, source)
 
 
 def parse_text(text: str, source: str) -> Iterator[Document]:
-    """Documents of one YAML or JSON stream.
+    """Documents of one YAML or JSON stream, one at a time.
 
     JSON (a ``.json`` file, or text that starts like JSON and parses as it) is read by JSON
-    rules.  Otherwise the whole stream is parsed first, which is exact YAML.  Only if that fails is it cut at
-    ``---`` lines and each piece parsed alone, so one broken document costs only itself.
+    rules.  Otherwise the stream is parsed as one YAML stream, which is exact YAML, and each
+    document is handed out as soon as it is read: a 60 MB ``helm template`` dump never has more
+    than one document's node tree in memory.  Should a document fail, the rest of the stream is
+    cut at ``---`` lines and each piece parsed alone, so one broken document costs only itself.
     (A ``---`` at column 0 cannot occur inside a valid document's content, so the cut is safe.)
     """
     try:
@@ -246,13 +284,27 @@ def parse_text(text: str, source: str) -> Iterator[Document]:
     if value is not _NOT_JSON:
         yield from _documents(_json_positions(text, value), source)
         return
+    handed = 0  # documents already handed out (the next index)
+    last_line = 0  # the last line they start at: the pieces up to it were read
     try:
-        parsed = list(_compose(text, 0))
-    except yaml.YAMLError:
-        parsed = None
-    if parsed is not None:
-        yield from _documents(parsed, source)
+        for doc in _documents(_compose(text, 0), source):
+            yield doc
+            handed, last_line = doc.index + 1, max(last_line, doc.line or 0)
         return
+    except yaml.YAMLError:
+        pass
+    renumber: tuple[int, int] | None = None  # (index in the pieces, index handed out)
+    for doc in _split_documents(text, source):
+        if last_line and (doc.line or 0) <= last_line:
+            continue  # read whole before the broken document, and handed out already
+        if renumber is None or renumber[0] != doc.index:
+            renumber = (doc.index, handed)
+            handed += 1
+        yield doc if doc.index == renumber[1] else replace(doc, index=renumber[1])
+
+
+def _split_documents(text: str, source: str) -> Iterator[Document]:
+    """The documents of ``text`` cut at ``---`` lines, each piece parsed alone (an error costs only its piece)."""
     index = 0
     for chunk, first_line in split_text(text):
         try:

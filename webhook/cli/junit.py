@@ -71,8 +71,13 @@ def _outcome(parent: ET.Element, tag: str, outcome: Outcome) -> None:
 
 
 def _case(parent: ET.Element, case: Case) -> None:
-    element = ET.SubElement(parent, "testcase", name=clean(case.name), classname=clean(case.classname),
-                            time=f"{case.seconds:.3f}")
+    parent.append(case_element(case))
+
+
+def case_element(case: Case) -> ET.Element:
+    """One ``<testcase>`` element (a writer that streams cases serializes them one by one)."""
+    element = ET.Element("testcase", name=clean(case.name), classname=clean(case.classname),
+                         time=f"{case.seconds:.3f}")
     if case.failure is not None:
         _outcome(element, "failure", case.failure)
     if case.error is not None:
@@ -81,6 +86,7 @@ def _case(parent: ET.Element, case: Case) -> None:
         ET.SubElement(element, "skipped", message=clean(case.skipped))
     if case.output:
         ET.SubElement(element, "system-out").text = clean(case.output)
+    return element
 
 
 def build(name: str, suites: Iterable[Suite]) -> ET.Element:

@@ -16,10 +16,10 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
-from gpuguard.webhook.cli.audit.formats import FORMATS, HUMAN_FORMATS, RenderOptions, render
+from gpuguard.webhook.cli.audit.formats import FORMATS, HUMAN_FORMATS, RenderOptions, open_writer
 from gpuguard.webhook.cli.audit.run import FAIL_ON, AuditItem, AuditReport
 from gpuguard.webhook.cli.common import (
     UsageError,
@@ -34,7 +34,6 @@ from gpuguard.webhook.exitcodes import ExitCode
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from gpuguard.webhook import manifests
     from gpuguard.webhook.cli.audit import cost
 
 def register(subparsers: Any) -> None:
@@ -147,85 +146,114 @@ def _progress(enabled: bool) -> Iterator[Progress | None]:
 def run_audit(args: argparse.Namespace) -> int:
     _check_flags(args)
     labels = _labels(args.namespace_label)
-    from gpuguard.webhook import manifests
     from gpuguard.webhook.catalog import load_catalog
     from gpuguard.webhook.cli.audit import cost
-    from gpuguard.webhook.cli.audit.run import evaluate_all, file_context
     from gpuguard.webhook.engine.core import Engine
-    from gpuguard.webhook.objects import StaticLookup
-    from gpuguard.workloads.claims import StaticClaims
 
     config = load_config_or_exit(args.config)
     engine = Engine(config)
     with_nodes_or_exit(engine, args.nodes)
     prices = cost.Prices.from_config(config)
-    items: list[AuditItem] = []
-    extra_errors: list[str] = []
-    notes: list[str] = []
-    sources: list[str] = []
-    with _progress(_progress_enabled(args)) as progress:
-        if args.paths:
-            sources.extend(manifests.STDIN_NAME if p == manifests.STDIN else p for p in args.paths)
-            task = progress.add_task("Auditing manifests", total=None, objects=0) if progress else None
-            seen = 0
+    conn = None
+    if args.cluster:
+        from gpuguard.webhook.cli.audit.cluster import ClusterError, connect
 
-            def count(item: AuditItem) -> None:
-                nonlocal seen
-                seen += 1
-                if progress is not None and task is not None:
-                    progress.update(task, advance=1, objects=seen)
+        try:
+            conn = connect(args.kubeconfig, args.context)
+        except ClusterError as exc:
+            error(str(exc))
+            return ExitCode.USAGE
+    report = AuditReport(fail_on=args.fail_on, catalog=load_catalog(engine.config))
+    with _destination(args.output) as (out, tty):
+        color = tty and not os.environ.get("NO_COLOR")
+        options = RenderOptions(color=color, width=None if tty else 120, verbose=args.verbose,
+                                diff=args.diff and args.format in HUMAN_FORMATS)
+        writer = open_writer(report, args.format, out, options)
+        diffs = _DiffPrinter() if args.diff and args.format not in HUMAN_FORMATS else None
+        seen = 0
 
-            default_ns = args.namespace or "default"
-            ignored = 0
+        def each(item: AuditItem) -> None:
+            """Every item, as soon as it is decided: counted, written, its diff printed; then dropped."""
+            nonlocal seen
+            seen += 1
+            report.count(item)
+            writer.add(item)
+            if diffs is not None:
+                diffs.print(item)
 
-            def documents() -> Iterator[manifests.Document]:
-                nonlocal ignored
-                for doc in manifests.load(args.paths, exclude=args.exclude):
-                    if args.ignore_non_kubernetes and doc.error and doc.error.kind == manifests.NOT_KUBERNETES:
-                        ignored += 1
-                        continue
-                    yield doc
-
-            # Read once: what the workloads name may stand anywhere in the input: a TrainJob's runtime
-            # (gpuguard.webhook.objects), the DRA claim templates and claims of pods' resourceClaims.
-            docs = list(documents())
-            runtimes = StaticLookup(doc.obj for doc in docs)
-            engine.claims = StaticClaims((d.obj for d in docs if d.obj is not None), origin="the audited files")
-            pairs = ((doc, file_context(doc.obj, default_ns, labels, runtimes or None)) for doc in docs)
-            items.extend(evaluate_all(pairs, engine.evaluate, prices, on_item=count))
-            if ignored:
-                notes.append(f"{ignored} documents that are not Kubernetes objects were ignored "
-                             "(--ignore-non-kubernetes)")
-        if args.cluster:
-            status = _audit_cluster(args, engine, prices, items, progress)
-            if isinstance(status, int):
-                return status
-            source, cluster_errors, cluster_notes = status
-            sources.append(source)
-            extra_errors.extend(cluster_errors)
-            notes.extend(cluster_notes)
-    if not items and not extra_errors:
-        notes.append("no Kubernetes objects found in the given inputs")
-    report = AuditReport(items, fail_on=args.fail_on, catalog=load_catalog(engine.config), sources=sources,
-                         extra_errors=extra_errors, notes=notes)
-    _write(report, args)
+        try:
+            with _progress(_progress_enabled(args)) as progress:
+                if args.paths:
+                    _audit_files(args, engine, prices, labels, report, each, progress)
+                if conn is not None and _audit_cluster(args, conn, engine, prices, report, each,
+                                                       progress) is not None:
+                    return ExitCode.USAGE
+            if not seen and not report.extra_errors:
+                report.notes.append("no Kubernetes objects found in the given inputs")
+            writer.finish()
+        finally:
+            writer.close()
     return report.exit_code
 
 
-def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, items: list[AuditItem],
-                   progress: Progress | None) -> int | tuple[str, list[str], list[str]]:
+def _audit_files(args: argparse.Namespace, engine: Any, prices: cost.Prices, labels: dict[str, str],
+                 report: AuditReport, each: Callable[[AuditItem], None], progress: Progress | None) -> None:
+    """The manifests of ``args.paths``, one document at a time.
+
+    What a workload names may stand anywhere in the input (a TrainJob's runtime, the DRA claim templates
+    and claims of pods' resourceClaims), so a first pass collects those objects alone: it parses only the
+    inputs whose text can hold one (``manifests.may_hold``).  The second pass evaluates every document and
+    lets it go; stdin, which can be read once, is kept as text in between (at most the 64 MiB input cap).
+    """
+    from gpuguard.webhook import manifests
+    from gpuguard.webhook.cli.audit.run import evaluate_all, file_context
+    from gpuguard.webhook.objects import READABLE, StaticLookup
+    from gpuguard.workloads.claims import PLURALS, StaticClaims
+
+    report.sources.extend(manifests.STDIN_NAME if p == manifests.STDIN else p for p in args.paths)
+    task = progress.add_task("Auditing manifests", total=None, objects=0) if progress else None
+    default_ns = args.namespace or "default"
+    ignored = 0
+    named_kinds = tuple(kind for _group, kind in READABLE) + tuple(PLURALS)
+    stdin = manifests.StdinText()
+
+    def documents(only_if: tuple[str, ...] = ()) -> Iterator[manifests.Document]:
+        nonlocal ignored
+        for doc in manifests.load(args.paths, exclude=args.exclude, stdin=stdin, only_if=only_if):
+            if args.ignore_non_kubernetes and doc.error and doc.error.kind == manifests.NOT_KUBERNETES:
+                if not only_if:
+                    ignored += 1
+                continue
+            yield doc
+
+    named = [doc.obj for doc in documents(only_if=named_kinds) if doc.obj is not None]
+    runtimes = StaticLookup(named)
+    engine.claims = StaticClaims(named, origin="the audited files")
+    del named
+    pairs = ((doc, file_context(doc.obj, default_ns, labels, runtimes or None)) for doc in documents())
+
+    def count(item: AuditItem) -> None:
+        each(item)
+        if progress is not None and task is not None:
+            progress.update(task, advance=1, objects=report.tally.objects)
+
+    for _item in evaluate_all(pairs, engine.evaluate, prices, on_item=count):
+        pass
+    if ignored:
+        report.notes.append(f"{ignored} documents that are not Kubernetes objects were ignored "
+                            "(--ignore-non-kubernetes)")
+
+
+def _audit_cluster(args: argparse.Namespace, conn: Any, engine: Any, prices: cost.Prices, report: AuditReport,
+                   each: Callable[[AuditItem], None], progress: Progress | None) -> int | None:
+    """The live cluster's workloads; ``ExitCode.USAGE`` (the error said) when it cannot be audited."""
     from dataclasses import replace
 
     from gpuguard.kubeapi.client import custom_objects
-    from gpuguard.webhook.cli.audit.cluster import ClusterError, ClusterLister, connect
+    from gpuguard.webhook.cli.audit.cluster import ClusterError, ClusterLister
     from gpuguard.webhook.cli.audit.run import evaluate_all
     from gpuguard.webhook.objects import ApiLookup
 
-    try:
-        conn = connect(args.kubeconfig, args.context)
-    except ClusterError as exc:
-        error(str(exc))
-        return ExitCode.USAGE
     namespace = None if args.all_namespaces else (args.namespace or conn.namespace)
     if namespace and not args.namespace:
         _note(f"auditing namespace {namespace!r} of context {conn.context!r} (-A for every namespace)")
@@ -242,6 +270,7 @@ def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, i
     def on_item(item: AuditItem) -> None:
         nonlocal listed
         listed += 1
+        each(item)
         if progress is not None and task is not None:
             progress.update(task, objects=listed)
 
@@ -252,18 +281,21 @@ def _audit_cluster(args: argparse.Namespace, engine: Any, prices: cost.Prices, i
         engine.claims = lister.claims()  # DRA claim templates and claims, listed once
         if not args.nodes and (live := lister.nodes()) is not None:
             engine.set_nodes(live)  # the cluster's own nodes, as the webhook's node watch sees them
-        items.extend(evaluate_all(pairs, engine.evaluate, prices, on_item=on_item))
+        for _item in evaluate_all(pairs, engine.evaluate, prices, on_item=on_item):
+            pass
     except ClusterError as exc:
         error(str(exc))
         return ExitCode.USAGE
     finally:
         with contextlib.suppress(Exception):
             conn.api.close()
-    notes = list(lister.notes)
+    report.sources.append(lister.source)
+    report.extra_errors.extend(lister.errors)
+    report.notes.extend(lister.notes)
     if lister.skipped_owned:
-        notes.append(f"{lister.skipped_owned} objects owned by a controller gpuguard also lists were not "
-                     "counted twice (e.g. ReplicaSets of Deployments, Pods of Jobs)")
-    return lister.source, list(lister.errors), notes
+        report.notes.append(f"{lister.skipped_owned} objects owned by a controller gpuguard also lists were not "
+                            "counted twice (e.g. ReplicaSets of Deployments, Pods of Jobs)")
+    return None
 
 
 @contextlib.contextmanager
@@ -280,31 +312,26 @@ def _destination(path: str | None) -> Iterator[tuple[TextIO, bool]]:
         yield handle, False
 
 
-def _write(report: AuditReport, args: argparse.Namespace) -> None:
-    with _destination(args.output) as (out, tty):
-        color = tty and not os.environ.get("NO_COLOR")
-        width = None if tty else 120
-        options = RenderOptions(color=color, width=width, verbose=args.verbose,
-                                diff=args.diff and args.format in HUMAN_FORMATS)
-        render(report, args.format, out, options)
-    if args.diff and args.format not in HUMAN_FORMATS:
-        _print_diffs(report)
+class _DiffPrinter:
+    """``--diff`` with a machine format: each workload's diff goes to stdout as it is decided, the report to
+    --output."""
 
+    def __init__(self) -> None:
+        self.console: Any = None
+        if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
+            from rich.console import Console
 
-def _print_diffs(report: AuditReport) -> None:
-    """``--diff`` with a machine format: the diffs go to stdout, the report to --output."""
-    from rich.console import Console
-    from rich.syntax import Syntax
+            self.console = Console(force_terminal=True, no_color=False, highlight=False)
 
-    from gpuguard.webhook.cli.audit import mutation
+    def print(self, item: AuditItem) -> None:
+        if not item.is_workload or not item.patch or item.decision is None:
+            return
+        from gpuguard.webhook.cli.audit import mutation
 
-    color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    console = Console(force_terminal=color, no_color=not color, highlight=False) if color else None
-    for item in report.workloads:
-        if not item.patch or item.decision is None:
-            continue
         diff = mutation.yaml_diff(item.decision.original, item.decision.mutated, item.label)
-        if console is not None:
-            console.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
+        if self.console is not None:
+            from rich.syntax import Syntax
+
+            self.console.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
         else:
             sys.stdout.write(diff)

@@ -219,29 +219,49 @@ def workload_cost(decision: Decision, prices: Prices) -> WorkloadCost | None:
     return WorkloadCost(tuple(reasons), gpus, float(gpus * HOURS_PER_DAY), usd, unpriced)
 
 
-def summarize(costs: Iterable[WorkloadCost]) -> dict[str, Any]:
-    """The ``summary.costAtRisk`` object of the JSON output."""
-    costs = list(costs)
-    by_reason: dict[str, dict[str, Any]] = {}
-    unpriced: dict[str, int] = {}
-    for cost in costs:
+class CostTotals:
+    """The ``summary.costAtRisk`` object, added up one workload at a time: an audit keeps no list of costs."""
+
+    def __init__(self) -> None:
+        self.workloads = 0
+        self.gpus = 0
+        self.gpu_hours = 0.0
+        self.usd: float = 0  # an int until a cost is added: round(0, 2) is written as 0, as before
+        self.by_reason: dict[str, dict[str, Any]] = {}
+        self.unpriced: dict[str, int] = {}
+
+    def add(self, cost: WorkloadCost) -> None:
+        self.workloads += 1
+        self.gpus += cost.gpus
+        self.gpu_hours += cost.gpu_hours_per_day
+        self.usd += cost.usd_per_day
         for reason in cost.reasons:
-            bucket = by_reason.setdefault(reason, {"description": RISK_POLICIES[reason][0], "workloads": 0,
-                                                   "gpuHoursPerDay": 0.0, "usdPerDay": 0.0})
+            bucket = self.by_reason.setdefault(reason, {"description": RISK_POLICIES[reason][0], "workloads": 0,
+                                                        "gpuHoursPerDay": 0.0, "usdPerDay": 0.0})
             bucket["workloads"] += 1
             bucket["gpuHoursPerDay"] += cost.gpu_hours_per_day
             bucket["usdPerDay"] = round(bucket["usdPerDay"] + cost.usd_per_day, 2)
         for resource, count in cost.unpriced.items():
-            unpriced[resource] = unpriced.get(resource, 0) + count
-    return {
-        "estimate": True,
-        "currency": "USD",
-        "hoursPerDay": HOURS_PER_DAY,
-        "workloads": len(costs),
-        "gpus": sum(c.gpus for c in costs),
-        "gpuHoursPerDay": float(sum(c.gpu_hours_per_day for c in costs)),
-        "usdPerDay": round(sum(c.usd_per_day for c in costs), 2),
-        "byReason": by_reason,
-        "unpricedGpus": unpriced,
-        "method": METHOD,
-    }
+            self.unpriced[resource] = self.unpriced.get(resource, 0) + count
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "estimate": True,
+            "currency": "USD",
+            "hoursPerDay": HOURS_PER_DAY,
+            "workloads": self.workloads,
+            "gpus": self.gpus,
+            "gpuHoursPerDay": float(self.gpu_hours),
+            "usdPerDay": round(self.usd, 2),
+            "byReason": {reason: dict(bucket) for reason, bucket in self.by_reason.items()},
+            "unpricedGpus": dict(self.unpriced),
+            "method": METHOD,
+        }
+
+
+def summarize(costs: Iterable[WorkloadCost]) -> dict[str, Any]:
+    """The ``summary.costAtRisk`` object of the JSON output."""
+    totals = CostTotals()
+    for cost in costs:
+        totals.add(cost)
+    return totals.to_dict()

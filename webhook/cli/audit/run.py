@@ -190,86 +190,143 @@ def _counter() -> dict[str, int]:
     return {"deny": 0, "warn": 0, "audit": 0, "mutate": 0}
 
 
+class Tally:
+    """The summary's counts, added to one item at a time, so that an audit of 100,000 manifests keeps
+    counters rather than 100,000 decisions.  ``policy_ids`` grows in the order ids are first met."""
+
+    def __init__(self, catalog_ids: Iterable[str] = ()) -> None:
+        self.objects = self.workloads = self.allowed = self.denied = self.mutated = self.clean = 0
+        self.skipped = self.input_errors = self.engine_errors = 0
+        self.warned = 0  # workloads whose worst finding is a warning or an audit finding
+        self.violations = {v: 0 for v in VERDICTS}
+        self.by_policy: dict[str, dict[str, int]] = {pid: _counter() for pid in catalog_ids}
+        self.by_namespace: dict[str, dict[str, int]] = {}
+        self.verdicts_found: set[str] = set()  # violation verdicts of any workload (for the exit code)
+        self.any_denied = False
+        self.costs = cost.CostTotals()
+
+    @property
+    def policy_ids(self) -> list[str]:
+        return list(self.by_policy)
+
+    @property
+    def errors(self) -> int:
+        return self.input_errors + self.engine_errors
+
+    def add(self, item: AuditItem) -> None:
+        if item.decision is not None or item.engine_error:
+            self.objects += 1
+        if item.is_input_error:
+            self.input_errors += 1
+        elif item.error:
+            self.engine_errors += 1
+        elif item.verdict == "skipped":
+            self.skipped += 1
+        if item.is_workload:
+            self._add_workload(item)
+
+    def _add_workload(self, item: AuditItem) -> None:
+        decision = item.decision
+        assert decision is not None  # is_workload
+        self.workloads += 1
+        if decision.allowed:
+            self.allowed += 1
+        else:
+            self.denied += 1
+            self.any_denied = True
+        if decision.patch:
+            self.mutated += 1
+        verdict = item.verdict
+        if verdict == "pass":
+            self.clean += 1
+        elif verdict in ("warn", "audit"):
+            self.warned += 1
+        ns = self.by_namespace.setdefault(item.namespace_key, {"workloads": 0, **_counter()})
+        ns["workloads"] += 1
+        for v in decision.violations:
+            counted = v.verdict if v.verdict in self.violations else "audit"
+            self.violations[counted] += 1
+            self.by_policy.setdefault(v.policy, _counter())[counted] += 1
+            ns[counted] += 1
+            self.verdicts_found.add(v.verdict)
+        for pid in decision.mutated_by:
+            self.by_policy.setdefault(pid, _counter())["mutate"] += 1
+        if decision.mutated_by or decision.patch:
+            ns["mutate"] += 1
+        if item.cost is not None:
+            self.costs.add(item.cost)
+
+
 @dataclass
 class AuditReport:
-    """Everything a format needs: items, the policy catalog and the exit-code rule."""
+    """What every format needs besides the items: the counts, the policy catalog and the exit-code rule.
 
-    items: list[AuditItem]
+    The audit streams: it hands each item to ``count`` and to the format, and keeps none of them
+    (``items`` stays empty).  Callers that do hold every item (tests, a few objects) pass them as
+    ``items``: they are counted at once, and ``formats.render`` writes them.
+    """
+
+    items: list[AuditItem] = field(default_factory=list)
     fail_on: str = "deny"
     catalog: dict[str, PolicyInfo] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     extra_errors: list[str] = field(default_factory=list)  # e.g. kinds the cluster refused to list
     notes: list[str] = field(default_factory=list)  # degraded but complete, e.g. CRDs not installed
+    tally: Tally = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.tally = Tally(self.catalog)
+        for item in self.items:
+            self.tally.add(item)
+
+    def count(self, item: AuditItem) -> None:
+        """Add one item to the counts without keeping it."""
+        self.tally.add(item)
 
     @property
     def workloads(self) -> list[AuditItem]:
+        """The kept items that are workloads (empty for a streamed audit)."""
         return [i for i in self.items if i.is_workload]
 
-    @property
-    def errors(self) -> list[AuditItem]:
-        return [i for i in self.items if i.error]
-
     def policy_ids(self) -> list[str]:
-        """Registered policies in engine order, then any other id a decision mentions."""
-        seen = dict.fromkeys(self.catalog)
-        for item in self.workloads:
-            seen.update(dict.fromkeys(v.policy for v in item.violations))
-            seen.update(dict.fromkeys(item.mutated_by))
-        return list(seen)
+        """Registered policies in engine order, then any other id a decision mentioned so far."""
+        return self.tally.policy_ids
 
     @property
     def exit_code(self) -> int:
         """2 for any input or engine error (the audit is incomplete: that wins), else 1 for
         findings at or above ``fail_on``, else 0.  Mutations are not findings."""
-        if self.errors or self.extra_errors:
+        if self.tally.errors or self.extra_errors:
             return ExitCode.USAGE
         failing = FAILING[self.fail_on]
-        for item in self.workloads:
-            if any(v.verdict in failing for v in item.violations):
-                return ExitCode.FINDINGS
-            if "deny" in failing and item.decision is not None and not item.decision.allowed:
-                return ExitCode.FINDINGS
+        if self.tally.verdicts_found & failing or ("deny" in failing and self.tally.any_denied):
+            return ExitCode.FINDINGS
         return ExitCode.OK
 
     def summary(self) -> dict[str, Any]:
         """The ``summary`` object of the JSON output (see docs/audit.md for each key)."""
-        workloads = self.workloads
-        violations = {v: 0 for v in VERDICTS}
-        by_policy: dict[str, dict[str, int]] = {pid: _counter() for pid in self.policy_ids()}
-        by_namespace: dict[str, dict[str, int]] = {}
-        for item in workloads:
-            ns = by_namespace.setdefault(item.namespace_key, {"workloads": 0, **_counter()})
-            ns["workloads"] += 1
-            for v in item.violations:
-                verdict = v.verdict if v.verdict in violations else "audit"
-                violations[verdict] += 1
-                by_policy.setdefault(v.policy, _counter())[verdict] += 1
-                ns[verdict] += 1
-            for pid in item.mutated_by:
-                by_policy.setdefault(pid, _counter())["mutate"] += 1
-            if item.mutated_by or item.patch:
-                ns["mutate"] += 1
+        t = self.tally
         return {
             "sources": list(self.sources),
             "failOn": self.fail_on,
             "exitCode": self.exit_code,
-            "objects": sum(1 for i in self.items if i.decision is not None or i.engine_error),
-            "workloads": len(workloads),
-            "allowed": sum(1 for i in workloads if i.decision and i.decision.allowed),
-            "denied": sum(1 for i in workloads if i.decision and not i.decision.allowed),
-            "mutated": sum(1 for i in workloads if i.patch),
-            "clean": sum(1 for i in workloads if i.verdict == "pass"),
-            "skipped": sum(1 for i in self.items if i.verdict == "skipped" and not i.is_input_error),
-            "inputErrors": sum(1 for i in self.items if i.is_input_error),
-            "engineErrors": sum(1 for i in self.items if i.error and not i.is_input_error),
+            "objects": t.objects,
+            "workloads": t.workloads,
+            "allowed": t.allowed,
+            "denied": t.denied,
+            "mutated": t.mutated,
+            "clean": t.clean,
+            "skipped": t.skipped,
+            "inputErrors": t.input_errors,
+            "engineErrors": t.engine_errors,
             "otherErrors": list(self.extra_errors),
             "notes": list(self.notes),
-            "violations": violations,
-            "byPolicy": by_policy,
-            "byNamespace": dict(sorted(by_namespace.items())),
-            "costAtRisk": cost.summarize(i.cost for i in workloads if i.cost is not None),
+            "violations": dict(t.violations),
+            "byPolicy": {pid: dict(counts) for pid, counts in t.by_policy.items()},
+            "byNamespace": {ns: dict(counts) for ns, counts in sorted(t.by_namespace.items())},
+            "costAtRisk": t.costs.to_dict(),
         }
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON output: ``{"summary": ..., "results": [...]}``."""
+        """The JSON output of the kept items: ``{"summary": ..., "results": [...]}``."""
         return {"summary": self.summary(), "results": [item.entry() for item in self.items]}

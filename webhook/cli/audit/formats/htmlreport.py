@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 import html as _html
+import io
 import re
 from typing import Any, TextIO
 
 from gpuguard.webhook import __version__
 from gpuguard.webhook.cli.audit import mutation
 from gpuguard.webhook.cli.audit.formats import RenderOptions
+from gpuguard.webhook.cli.audit.formats.spool import Spool
 from gpuguard.webhook.cli.audit.run import AuditItem, AuditReport
 
 # Control characters (other than tab and newline) are parse errors in HTML and NUL is dropped or
@@ -190,30 +192,42 @@ def _cost(s: dict[str, Any]) -> str:
             f"<th>USD/day</th></tr>{rows}</table>{unpriced}<p class=\"note\">{escape(cost['method'])}</p></div>")
 
 
-def _errors(report: AuditReport) -> str:
-    bad = [i for i in report.items if i.is_input_error]
-    if not bad and not report.extra_errors:
-        return ""
-    rows = "".join(f"<tr><td><code>{escape(i.doc.location)}</code></td><td>{escape(i.error_type or '')}</td>"
-                   f"<td>{escape(i.error or '')}</td></tr>" for i in bad)
-    rows += "".join(f"<tr><td>cluster</td><td>error</td><td>{escape(m)}</td></tr>" for m in report.extra_errors)
-    return ("<h2>Input errors</h2><p>These documents were not audited; the rest of the audit went on.</p>"
-            f"<table><tr><th>where</th><th>type</th><th>error</th></tr>{rows}</table>")
+_ORDER = {"error": 0, "deny": 1, "warn": 2, "audit": 3, "mutate": 4, "pass": 5}  # workloads, worst first
+_ERRORS = "input errors"
 
 
-def build(report: AuditReport, now: dt.datetime | None = None) -> str:
-    """The whole page as a string (exposed for tests)."""
-    s = report.summary()
-    when = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d %H:%M UTC")
-    sources = ", ".join(s["sources"]) or "-"
-    by_policy = [(pid, counts) for pid, counts in s["byPolicy"].items()]
-    by_namespace = [(ns, counts) for ns, counts in s["byNamespace"].items()]
-    shown = [i for i in report.items if i.verdict != "skipped" and not i.is_input_error]
-    order = {"error": 0, "deny": 1, "warn": 2, "audit": 3, "mutate": 4, "pass": 5}
-    shown.sort(key=lambda i: order.get(i.verdict, 9))
-    exit_code = s["exitCode"]
-    notes = "".join(f'<p class="note">note: {escape(n)}</p>' for n in s["notes"])
-    return f"""<!DOCTYPE html>
+def _error_row(where: str, kind: str, message: str) -> str:
+    return f"<tr><td>{where}</td><td>{escape(kind)}</td><td>{escape(message)}</td></tr>"
+
+
+class Writer:
+    """Each workload's block is written as soon as it is decided, parked on disk by verdict (the page lists the
+    worst first); the page is written at the end, its summary, charts and cost first."""
+
+    def __init__(self, report: AuditReport, out: TextIO, options: RenderOptions,
+                 now: dt.datetime | None = None) -> None:
+        self.report, self.out, self.now = report, out, now
+        self.spool = Spool()
+        self.shown = 0
+
+    def add(self, item: AuditItem) -> None:
+        if item.is_input_error:
+            self.spool.write(_ERRORS, _error_row(f"<code>{escape(item.doc.location)}</code>", item.error_type or "",
+                                                 item.error or ""))
+        elif item.verdict != "skipped":
+            self.shown += 1
+            self.spool.write(_ORDER.get(item.verdict, 9), _workload(item))
+
+    def finish(self) -> None:
+        report, out = self.report, self.out
+        s = report.summary()
+        when = (self.now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d %H:%M UTC")
+        sources = ", ".join(s["sources"]) or "-"
+        by_policy = [(pid, counts) for pid, counts in s["byPolicy"].items()]
+        by_namespace = [(ns, counts) for ns, counts in s["byNamespace"].items()]
+        exit_code = s["exitCode"]
+        notes = "".join(f'<p class="note">note: {escape(n)}</p>' for n in s["notes"])
+        out.write(f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
@@ -226,14 +240,36 @@ fail-on {escape(s['failOn'])} · <span class="exit{exit_code}">exit code {exit_c
 <h2>Findings</h2>
 <div class="charts">{bar_chart("Findings by policy", by_policy)}{bar_chart("Findings by namespace", by_namespace)}</div>
 {_cost(s)}
-{_errors(report)}
-<h2>Workloads ({len(shown)})</h2>
+""")
+        if _ERRORS in self.spool or report.extra_errors:
+            out.write("<h2>Input errors</h2><p>These documents were not audited; the rest of the audit went on.</p>"
+                      "<table><tr><th>where</th><th>type</th><th>error</th></tr>")
+            self.spool.copy(_ERRORS, out)
+            out.write("".join(_error_row("cluster", "error", m) for m in report.extra_errors))
+            out.write("</table>")
+        out.write(f"""
+<h2>Workloads ({self.shown})</h2>
 <p class="note">{s['skipped']} other objects (not workloads, or exempt) are not listed.</p>
-{"".join(_workload(i) for i in shown)}
+""")
+        for group in sorted(k for k in self.spool if k != _ERRORS):
+            self.spool.copy(group, out)
+        out.write(f"""
 {notes}
 </body></html>
-"""
+""")
+
+    def close(self) -> None:
+        self.spool.close()
 
 
-def render(report: AuditReport, out: TextIO, options: RenderOptions) -> None:
-    out.write(build(report))
+def build(report: AuditReport, now: dt.datetime | None = None) -> str:
+    """The whole page of ``report``'s items as a string (for tests)."""
+    out = io.StringIO()
+    writer = Writer(report, out, RenderOptions(), now=now)
+    try:
+        for item in report.items:
+            writer.add(item)
+        writer.finish()
+    finally:
+        writer.close()
+    return out.getvalue()

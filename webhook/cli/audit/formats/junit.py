@@ -9,12 +9,14 @@ shows them without failing.  Input and engine errors are ``<error>`` cases.
 
 from __future__ import annotations
 
+import io
 import xml.etree.ElementTree as ET
 from typing import TextIO
 
 from gpuguard.webhook.cli import junit
 from gpuguard.webhook.cli.audit import mutation
-from gpuguard.webhook.cli.audit.formats import RenderOptions
+from gpuguard.webhook.cli.audit.formats import RenderOptions, render
+from gpuguard.webhook.cli.audit.formats.spool import Spool
 from gpuguard.webhook.cli.audit.run import FAILING, AuditItem, AuditReport
 from gpuguard.workloads.kinds import lookup
 
@@ -56,23 +58,75 @@ def _at(item: AuditItem, path: str) -> str:
     return f"{item.doc.source}:{line}" if line else item.doc.source
 
 
-def build(report: AuditReport) -> ET.Element:
-    """The ``<testsuites>`` tree: one suite per source, then one for errors of no source (exposed for tests)."""
-    failing = FAILING[report.fail_on]
-    suites: dict[str, junit.Suite] = {}
-    for item in report.items:
+_COUNTS = ("tests", "failures", "errors", "skipped")
+
+
+def _start_tag(tag: str, attrs: dict[str, str]) -> str:
+    """``<tag a="..">`` escaped as ElementTree escapes it."""
+    empty = ET.tostring(ET.Element(tag, attrs), encoding="unicode")
+    return empty[: -len(" />")] + ">"
+
+
+class Writer:
+    """Each item's cases are serialized at once into a spool, under their suite (the item's source); the
+    counts on ``<testsuites>`` and each ``<testsuite>`` are written at the end, then the cases in suite order.
+    The output is what ``gpuguard.webhook.cli.junit.write`` writes for the same suites."""
+
+    def __init__(self, report: AuditReport, out: TextIO, options: RenderOptions) -> None:
+        self.report, self.out = report, out
+        self.failing = FAILING[report.fail_on]
+        self.spool = Spool()
+        self.suites: dict[str, dict[str, float]] = {}  # source -> counts and seconds, in first-seen order
+
+    def _cases(self, suite: str, cases: list[junit.Case]) -> None:
+        counts = self.suites.setdefault(suite, {**dict.fromkeys(_COUNTS, 0), "time": 0.0})
+        for case in cases:
+            counts["tests"] += 1
+            counts["failures"] += case.failure is not None
+            counts["errors"] += case.error is not None
+            counts["skipped"] += case.skipped is not None
+            counts["time"] += case.seconds
+            element = junit.case_element(case)
+            ET.indent(element, level=2)
+            self.spool.write(suite, "    " + ET.tostring(element, encoding="unicode") + "\n")
+
+    def add(self, item: AuditItem) -> None:
         source = item.doc.source
-        suite = suites.setdefault(source, junit.Suite(source))
         if item.is_input_error:
-            suite.cases.append(junit.Case(f"{item.doc.location} :: input", source, error=junit.Outcome(
-                item.error or "", item.error_type or "input", f"{item.doc.location}: {item.error}")))
+            self._cases(source, [junit.Case(f"{item.doc.location} :: input", source, error=junit.Outcome(
+                item.error or "", item.error_type or "input", f"{item.doc.location}: {item.error}"))])
         else:
-            suite.cases.extend(_workload_cases(item, report, failing))
-    for message in report.extra_errors:
-        suites.setdefault("gpuguard", junit.Suite("gpuguard")).cases.append(
-            junit.Case(message, "gpuguard", error=junit.Outcome(message, "error")))
-    return junit.build("gpuguard audit", suites.values())
+            self._cases(source, _workload_cases(item, self.report, self.failing))
+
+    def finish(self) -> None:
+        for message in self.report.extra_errors:
+            self._cases("gpuguard", [junit.Case(message, "gpuguard", error=junit.Outcome(message, "error"))])
+        totals = {key: sum(int(c[key]) for c in self.suites.values()) for key in _COUNTS}
+        seconds = sum(c["time"] for c in self.suites.values())
+        root = {"name": junit.clean("gpuguard audit"), **{k: str(v) for k, v in totals.items()},
+                "time": f"{seconds:.3f}"}
+        self.out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
+        if not self.suites:
+            self.out.write(ET.tostring(ET.Element("testsuites", root), encoding="unicode") + "\n")
+            return
+        self.out.write(_start_tag("testsuites", root) + "\n")
+        for name, counts in self.suites.items():
+            attrs = {"name": junit.clean(name), **{k: str(int(counts[k])) for k in _COUNTS},
+                     "time": f"{counts['time']:.3f}"}
+            if name not in self.spool:
+                self.out.write("  " + ET.tostring(ET.Element("testsuite", attrs), encoding="unicode") + "\n")
+                continue
+            self.out.write("  " + _start_tag("testsuite", attrs) + "\n")
+            self.spool.copy(name, self.out)
+            self.out.write("  </testsuite>\n")
+        self.out.write("</testsuites>\n")
+
+    def close(self) -> None:
+        self.spool.close()
 
 
-def render(report: AuditReport, out: TextIO, options: RenderOptions) -> None:
-    junit.write(build(report), out)
+def build(report: AuditReport) -> ET.Element:
+    """The ``<testsuites>`` tree of ``report``'s items (for tests: the text ``render`` writes, parsed)."""
+    out = io.StringIO()
+    render(report, "junit", out)
+    return ET.fromstring(out.getvalue().split("\n", 1)[1])

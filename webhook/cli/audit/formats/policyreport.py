@@ -14,6 +14,7 @@ findings too.  One result per workload x policy, as Kyverno does:
 
 from __future__ import annotations
 
+import io
 import time
 from typing import Any, TextIO
 
@@ -21,6 +22,7 @@ import yaml
 
 from gpuguard.webhook.cli.audit import mutation
 from gpuguard.webhook.cli.audit.formats import RenderOptions
+from gpuguard.webhook.cli.audit.formats.spool import Spool
 from gpuguard.webhook.cli.audit.run import AuditItem, AuditReport
 from gpuguard.workloads.kinds import lookup
 
@@ -84,47 +86,13 @@ def _workload_results(item: AuditItem, report: AuditReport, ts: dict[str, int]) 
     return out
 
 
-def _summary(results: list[dict[str, Any]]) -> dict[str, int]:
-    counts = {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0}
-    for result in results:
-        counts[result["result"]] += 1
-    return counts
-
-
-def _report(kind: str, namespace: str | None, results: list[dict[str, Any]]) -> dict[str, Any]:
+def _header(kind: str, namespace: str | None, summary: dict[str, int]) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": REPORT_NAME,
                                 "labels": {"app.kubernetes.io/managed-by": "gpuguard",
                                            "app.kubernetes.io/name": "gpuguard"}}
     if namespace:
         metadata["namespace"] = namespace
-    results.sort(key=lambda r: (-_RANK[r["result"]], r["policy"]))
-    return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata, "summary": _summary(results),
-            "results": results}
-
-
-def build(report: AuditReport, now: float | None = None) -> list[dict[str, Any]]:
-    """The reports: a PolicyReport per namespace (sorted), then the ClusterPolicyReport."""
-    ts = {"seconds": int(now if now is not None else time.time()), "nanos": 0}
-    by_namespace: dict[str, list[dict[str, Any]]] = {}
-    cluster: list[dict[str, Any]] = []
-    for item in report.items:
-        if item.is_input_error:
-            cluster.append(_result("invalid-input", "error", f"{item.doc.location}: {item.error}", ts,
-                                   properties={"source": item.doc.location, "errorType": item.error_type or ""}))
-            continue
-        results = _workload_results(item, report, ts)
-        if not results:
-            continue
-        if item.namespace:
-            by_namespace.setdefault(item.namespace, []).extend(results)
-        else:
-            cluster.extend(results)
-    for message in report.extra_errors:
-        cluster.append(_result(SOURCE, "error", message, ts))
-    reports = [_report("PolicyReport", ns, results) for ns, results in sorted(by_namespace.items())]
-    if cluster or not reports:
-        reports.append(_report("ClusterPolicyReport", None, cluster))
-    return reports
+    return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata, "summary": summary, "results": []}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -134,6 +102,83 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-def render(report: AuditReport, out: TextIO, options: RenderOptions) -> None:
-    out.write(yaml.dump_all(build(report), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120,
-                            explicit_start=True))
+def _dump(value: Any, **kwargs: Any) -> str:
+    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120, **kwargs)
+
+
+def _items(results: list[dict[str, Any]]) -> list[str]:
+    """Each result as the text it has as an item of a report's ``results:`` (a block sequence at column 0:
+    every line of an item but its first is indented, so the items are cut where a line starts with ``- ``)."""
+    items: list[str] = []
+    for line in _dump(results).splitlines(keepends=True):
+        if line.startswith("- ") or not items:
+            items.append(line)
+        else:
+            items[-1] += line
+    return items
+
+
+class Writer:
+    """Results are dumped to YAML as each object is decided and parked on disk by (result, policy) and
+    namespace, which is the order of a report's ``results``: worst result first, then by policy, then in
+    input order.  One report per namespace is written at the end, its ``summary`` counts first."""
+
+    def __init__(self, report: AuditReport, out: TextIO, options: RenderOptions, now: float | None = None) -> None:
+        self.report, self.out = report, out
+        self.ts = {"seconds": int(now if now is not None else time.time()), "nanos": 0}
+        self.buckets: dict[tuple[int, str], Spool] = {}  # (-rank, policy) -> text by namespace (None: cluster)
+        self.counts: dict[str | None, dict[str, int]] = {}
+
+    def _add(self, namespace: str | None, results: list[dict[str, Any]]) -> None:
+        if not results:
+            return
+        counts = self.counts.setdefault(namespace, {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0})
+        for result, text in zip(results, _items(results), strict=True):
+            counts[result["result"]] += 1
+            key = (-_RANK[result["result"]], result["policy"])
+            spool = self.buckets.get(key)
+            if spool is None:
+                spool = self.buckets[key] = Spool()
+            spool.write(namespace, text)
+
+    def add(self, item: AuditItem) -> None:
+        if item.is_input_error:
+            self._add(None, [_result("invalid-input", "error", f"{item.doc.location}: {item.error}", self.ts,
+                                     properties={"source": item.doc.location, "errorType": item.error_type or ""})])
+            return
+        self._add(item.namespace or None, _workload_results(item, self.report, self.ts))
+
+    def finish(self) -> None:
+        self._add(None, [_result(SOURCE, "error", message, self.ts) for message in self.report.extra_errors])
+        namespaces = sorted(ns for ns in self.counts if ns is not None)
+        reports: list[tuple[str, str | None]] = [("PolicyReport", ns) for ns in namespaces]
+        if None in self.counts or not reports:
+            reports.append(("ClusterPolicyReport", None))
+        order = sorted(self.buckets)
+        for kind, namespace in reports:
+            counts = self.counts.get(namespace, {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0})
+            head = _dump(_header(kind, namespace, counts), explicit_start=True)
+            if not any(counts.values()):
+                self.out.write(head)
+                continue
+            self.out.write(head[: -len(" []\n")] + "\n")
+            for key in order:
+                self.buckets[key].copy(namespace, self.out)
+
+    def close(self) -> None:
+        for spool in self.buckets.values():
+            spool.close()
+
+
+def build(report: AuditReport, now: float | None = None) -> list[dict[str, Any]]:
+    """The reports of ``report``'s items: a PolicyReport per namespace (sorted), then the ClusterPolicyReport
+    (for tests: the text the writer writes, parsed)."""
+    out = io.StringIO()
+    writer = Writer(report, out, RenderOptions(), now=now)
+    try:
+        for item in report.items:
+            writer.add(item)
+        writer.finish()
+    finally:
+        writer.close()
+    return [doc for doc in yaml.safe_load_all(out.getvalue()) if doc is not None]

@@ -11,7 +11,10 @@ from a live cluster have no file and carry a logical location (``Kind/namespace/
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
@@ -20,7 +23,8 @@ import orjson
 
 from gpuguard.webhook import __version__
 from gpuguard.webhook.catalog import PolicyInfo
-from gpuguard.webhook.cli.audit.formats import RenderOptions
+from gpuguard.webhook.cli.audit.formats import RenderOptions, render
+from gpuguard.webhook.cli.audit.formats.spool import Spool, indented_json, write_json_around
 from gpuguard.webhook.cli.audit.run import AuditItem, AuditReport
 from gpuguard.webhook.manifests import STDIN_NAME
 
@@ -29,6 +33,8 @@ INPUT_RULE = "invalid-input"
 LEVELS = {"deny": "error", "warn": "warning", "audit": "note"}
 DEFAULT_LEVELS = {"enforce": "error", "warn": "warning", "audit": "note", "off": "none"}
 SRCROOT = "%SRCROOT%"
+_RESULT_INDENT = 8  # {"runs": [{"results": [ -> each result
+_INPUT_RULE_PENDING = -1  # the input rule's index until every policy id is known
 
 
 def _artifact(source: str) -> dict[str, Any] | None:
@@ -87,32 +93,43 @@ def _rule(pid: str, info: PolicyInfo | None) -> dict[str, Any]:
     }
 
 
-def build(report: AuditReport) -> dict[str, Any]:
-    """The SARIF log as a dict (exposed for tests)."""
-    policy_ids = report.policy_ids()
-    rules = [_rule(pid, report.catalog.get(pid)) for pid in policy_ids]
-    rules.append({"id": INPUT_RULE, "name": "InvalidInput",
-                  "shortDescription": {"text": "Manifest could not be read"},
-                  "fullDescription": {"text": "A document is not valid YAML/JSON or not a Kubernetes object, so "
-                                              "gpuguard could not audit it."},
-                  "defaultConfiguration": {"level": "error"}})
-    index = {rule["id"]: i for i, rule in enumerate(rules)}
-    results: list[dict[str, Any]] = []
-    notifications: list[dict[str, Any]] = []
-    for item in report.items:
+class Writer:
+    """Results go to a spool as objects are decided; the rules, the invocation (exit code) and the summary
+    are written around them at the end.  Engine errors are notifications, kept until then (one line each)."""
+
+    def __init__(self, report: AuditReport, out: TextIO, options: RenderOptions) -> None:
+        self.report, self.out = report, out
+        self.spool = Spool()
+        self.count = 0
+        self.notifications: list[dict[str, Any]] = []
+        self.input_errors = False
+        self._index: dict[str, int] = {}
+
+    def _rule_index(self, pid: str) -> int:
+        if pid not in self._index:
+            self._index = {p: i for i, p in enumerate(self.report.policy_ids())}
+        return self._index[pid]
+
+    def _result(self, result: dict[str, Any]) -> None:
+        separator = ",\n" if self.count else ""
+        self.spool.write(None, separator + indented_json(result, _RESULT_INDENT))
+        self.count += 1
+
+    def add(self, item: AuditItem) -> None:
         if item.is_input_error:
-            results.append({
-                "ruleId": INPUT_RULE, "ruleIndex": index[INPUT_RULE], "level": "error",
+            self.input_errors = True
+            self._result({
+                "ruleId": INPUT_RULE, "ruleIndex": _INPUT_RULE_PENDING, "level": "error",
                 "message": {"text": f"{item.error}"},
                 "locations": [_location(item)],
                 "partialFingerprints": {"gpuguard/v1": _fingerprint(INPUT_RULE, item.doc.source, item.doc.index)},
             })
         elif item.error:
-            notifications.append({"level": "error", "message": {"text": f"{item.label}: {item.error}"},
-                                  "locations": [_location(item)]})
+            self.notifications.append({"level": "error", "message": {"text": f"{item.label}: {item.error}"},
+                                       "locations": [_location(item)]})
         for v in item.violations:
-            results.append({
-                "ruleId": v.policy, "ruleIndex": index[v.policy], "level": LEVELS.get(v.verdict, "note"),
+            self._result({
+                "ruleId": v.policy, "ruleIndex": self._rule_index(v.policy), "level": LEVELS.get(v.verdict, "note"),
                 "message": {"text": f"{item.label}: {v.message}; fix: {v.fix}" if v.fix else
                             f"{item.label}: {v.message}"},
                 "locations": [_location(item, v.path)],
@@ -121,32 +138,66 @@ def build(report: AuditReport) -> dict[str, Any]:
                 "properties": {"action": v.verdict, "path": v.path, "kind": item.kind,
                                "namespace": item.namespace, "name": item.name},
             })
-    for message in report.extra_errors:
-        notifications.append({"level": "error", "message": {"text": message}})
-    invocation: dict[str, Any] = {"executionSuccessful": report.exit_code != 2,
-                                  "exitCode": report.exit_code}
-    if notifications:
-        invocation["toolExecutionNotifications"] = notifications
-    run: dict[str, Any] = {
-        "tool": {"driver": {"name": "gpuguard", "version": __version__, "semanticVersion": __version__,
-                            "rules": rules}},
-        "invocations": [invocation],
-        "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().resolve().as_uri() + "/"}},
-        "columnKind": "unicodeCodePoints",
-        "results": results,
-        "properties": {"summary": {k: v for k, v in report.summary().items() if k != "costAtRisk"}},
-    }
-    if os.environ.get("GITHUB_SHA"):
-        run["versionControlProvenance"] = [{"repositoryUri": _github_repo_uri(),
-                                            "revisionId": os.environ["GITHUB_SHA"]}]
-    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+
+    def finish(self) -> None:
+        report = self.report
+        policy_ids = report.policy_ids()
+        rules = [_rule(pid, report.catalog.get(pid)) for pid in policy_ids]
+        rules.append({"id": INPUT_RULE, "name": "InvalidInput",
+                      "shortDescription": {"text": "Manifest could not be read"},
+                      "fullDescription": {"text": "A document is not valid YAML/JSON or not a Kubernetes object, so "
+                                                  "gpuguard could not audit it."},
+                      "defaultConfiguration": {"level": "error"}})
+        notifications = self.notifications + [{"level": "error", "message": {"text": message}}
+                                              for message in report.extra_errors]
+        invocation: dict[str, Any] = {"executionSuccessful": report.exit_code != 2,
+                                      "exitCode": report.exit_code}
+        if notifications:
+            invocation["toolExecutionNotifications"] = notifications
+        placeholder = secrets.token_hex(16)
+        run: dict[str, Any] = {
+            "tool": {"driver": {"name": "gpuguard", "version": __version__, "semanticVersion": __version__,
+                                "rules": rules}},
+            "invocations": [invocation],
+            "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().resolve().as_uri() + "/"}},
+            "columnKind": "unicodeCodePoints",
+            "results": placeholder,
+            "properties": {"summary": {k: v for k, v in report.summary().items() if k != "costAtRisk"}},
+        }
+        if os.environ.get("GITHUB_SHA"):
+            run["versionControlProvenance"] = [{"repositoryUri": _github_repo_uri(),
+                                                "revisionId": os.environ["GITHUB_SHA"]}]
+        document = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+        results = self.spool.chunks(None)
+        if self.input_errors:  # the input rule comes after every policy: its index is known only now
+            pending = " " * (_RESULT_INDENT + 2) + f'"ruleIndex": {_INPUT_RULE_PENDING},'
+            known = " " * (_RESULT_INDENT + 2) + f'"ruleIndex": {len(policy_ids)},'
+            results = _replace_lines(results, pending, known)
+        write_json_around(self.out, document, placeholder, results, _RESULT_INDENT)
+
+    def close(self) -> None:
+        self.spool.close()
+
+
+def _replace_lines(chunks: Iterator[str], old: str, new: str) -> Iterator[str]:
+    """``chunks`` with every line equal to ``old`` written as ``new`` (a key line of the indented JSON: string
+    values hold no newline, so no manifest text can make such a line)."""
+    rest = ""
+    for chunk in chunks:
+        lines = (rest + chunk).split("\n")
+        rest = lines.pop()
+        yield "".join((new if line == old else line) + "\n" for line in lines)
+    yield new if rest == old else rest
+
+
+def build(report: AuditReport) -> dict[str, Any]:
+    """The SARIF log of ``report``'s items as a dict (for tests: the text ``render`` writes, parsed)."""
+    out = io.StringIO()
+    render(report, "sarif", out)
+    data: dict[str, Any] = orjson.loads(out.getvalue())
+    return data
 
 
 def _github_repo_uri() -> str:
     server = os.environ.get("GITHUB_SERVER_URL", "https://github.com")
     return f"{server}/{os.environ.get('GITHUB_REPOSITORY', '')}"
-
-
-def render(report: AuditReport, out: TextIO, options: RenderOptions) -> None:
-    out.write(orjson.dumps(build(report), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
-    out.write("\n")

@@ -107,7 +107,7 @@ def _item(item: AuditItem, options: RenderOptions) -> Group | None:
 def _summary(report: AuditReport) -> list:
     s = report.summary()
     out: list = []
-    warned = sum(1 for i in report.workloads if i.verdict in ("warn", "audit"))
+    warned = report.tally.warned
     line = Text()
     line.append(f"{_plural(s['workloads'], 'workload')}: ", style="bold")
     line.append(f"{s['denied']} would be denied", style=STYLES["deny"] if s["denied"] else "")
@@ -179,26 +179,40 @@ def _verdict_line(report: AuditReport, s: dict) -> Text:
     return Text(f"exit {code}: {why}", style="bold red" if code else "bold green")
 
 
-def render(report: AuditReport, out: TextIO, options: RenderOptions) -> None:
-    if options.color:
-        _print(report, out, options)
-        return
-    # Plain text (files, pipes, CI logs): rich pads table cells; drop the trailing blanks.
-    buffer = io.StringIO()
-    _print(report, buffer, options)
-    out.write("\n".join(line.rstrip() for line in buffer.getvalue().split("\n")))
+class Writer:
+    """Each item is printed as soon as it is decided; the summary at the end."""
 
+    def __init__(self, report: AuditReport, out: TextIO, options: RenderOptions) -> None:
+        self.report, self.out, self.options = report, out, options
+        # Plain text (files, pipes, CI logs): rich pads table cells, so each block is printed to a buffer and
+        # written without the trailing blanks.
+        self.buffer = None if options.color else io.StringIO()
+        self.console = Console(file=self.buffer or out, force_terminal=options.color, no_color=not options.color,
+                               color_system="auto" if options.color else None, width=options.width,
+                               highlight=False, emoji=False)
+        self.items = 0
 
-def _print(report: AuditReport, out: TextIO, options: RenderOptions) -> None:
-    console = Console(file=out, force_terminal=options.color, no_color=not options.color,
-                      color_system="auto" if options.color else None, width=options.width, highlight=False,
-                      emoji=False)
-    for item in report.items:
-        block = _item(item, options)
+    def _flush(self) -> None:
+        if self.buffer is None:
+            return
+        self.out.write("\n".join(line.rstrip() for line in self.buffer.getvalue().split("\n")))
+        self.buffer.seek(0)
+        self.buffer.truncate()
+
+    def add(self, item: AuditItem) -> None:
+        self.items += 1
+        block = _item(item, self.options)
         if block is not None:
-            console.print(block)
-    if report.items:
-        console.print()
-    console.rule(escape("Summary"), align="left", style="dim")
-    for part in _summary(report):
-        console.print(part)
+            self.console.print(block)
+            self._flush()
+
+    def finish(self) -> None:
+        if self.items:
+            self.console.print()
+        self.console.rule(escape("Summary"), align="left", style="dim")
+        for part in _summary(self.report):
+            self.console.print(part)
+        self._flush()
+
+    def close(self) -> None:
+        pass
