@@ -56,9 +56,30 @@ def _kserve(obj: dict) -> Iterator[TemplateRef]:
                               knative=False)
 
 
+def llm_group_size(parallelism: object) -> int:
+    """Pods in one LeaderWorkerSet group of an LLMInferenceService workload (leader included).
+
+    As KServe sizes the group: with data parallelism, ``data / dataLocal`` (each pod runs ``dataLocal``
+    data-parallel ranks; integer division, at least 1); otherwise the ``pipeline`` size (one node per
+    stage); else 1.  ``tensor`` and ``expert`` split the work *inside* a pod (its GPUs are its own
+    resources), so they add no pods.
+    """
+    if not isinstance(parallelism, dict):
+        return 1
+    data = count(parallelism.get("data"), 0)
+    if data:
+        return max(data // max(count(parallelism.get("dataLocal")), 1), 1)
+    return max(count(parallelism.get("pipeline")), 1)
+
+
 def _llm_inference(obj: dict) -> Iterator[TemplateRef]:
     """LLMInferenceService: the main (decode) workload at ``spec`` and an optional ``spec.prefill``, each
-    with a ``template`` PodSpec and, multi-node, a ``worker`` PodSpec (served by LeaderWorkerSets)."""
+    with a ``template`` PodSpec and, multi-node, a ``worker`` PodSpec (served by LeaderWorkerSets).
+
+    Multi-node, each of ``replicas`` groups is one leader pod (``template``) and ``size - 1`` worker pods
+    (``worker``), ``size`` from the workload's own ``parallelism`` (``llm_group_size``); a worker template
+    counts at least one worker pod.
+    """
     for role, prefix in (("main", ("spec",)), ("prefill", ("spec", "prefill"))):
         workload = get_path(obj, prefix)
         if not isinstance(workload, dict):
@@ -70,10 +91,8 @@ def _llm_inference(obj: dict) -> Iterator[TemplateRef]:
         if isinstance(workload.get("template"), dict):
             yield TemplateRef(role, prefix + ("template",), None, replicas)
         if isinstance(workload.get("worker"), dict):
-            parallelism = workload.get("parallelism")
-            parallelism = parallelism if isinstance(parallelism, dict) else {}
-            nodes = count(parallelism.get("pipeline"))
-            yield TemplateRef(f"{role}-worker", prefix + ("worker",), None, replicas * max(nodes - 1, 1))
+            size = llm_group_size(workload.get("parallelism"))
+            yield TemplateRef(f"{role}-worker", prefix + ("worker",), None, replicas * max(size - 1, 1))
 
 
 INFERENCESERVICE = KindSpec("serving.kserve.io", "InferenceService", "inferenceservices", ("v1beta1",), "inference",
