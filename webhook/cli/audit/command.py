@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import os
 import sys
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -237,8 +238,7 @@ def _audit_files(args: argparse.Namespace, engine: Any, prices: cost.Prices, lab
         if progress is not None and task is not None:
             progress.update(task, advance=1, objects=report.tally.objects)
 
-    for _item in evaluate_all(pairs, engine.evaluate, prices, on_item=count):
-        pass
+    deque(evaluate_all(pairs, engine.evaluate, prices, on_item=count), maxlen=0)  # run, keep nothing
     if ignored:
         report.notes.append(f"{ignored} documents that are not Kubernetes objects were ignored "
                             "(--ignore-non-kubernetes)")
@@ -281,8 +281,7 @@ def _audit_cluster(args: argparse.Namespace, conn: Any, engine: Any, prices: cos
         engine.claims = lister.claims()  # DRA claim templates and claims, listed once
         if not args.nodes and (live := lister.nodes()) is not None:
             engine.set_nodes(live)  # the cluster's own nodes, as the webhook's node watch sees them
-        for _item in evaluate_all(pairs, engine.evaluate, prices, on_item=on_item):
-            pass
+        deque(evaluate_all(pairs, engine.evaluate, prices, on_item=on_item), maxlen=0)  # run, keep nothing
     except ClusterError as exc:
         error(str(exc))
         return ExitCode.USAGE

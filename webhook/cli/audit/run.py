@@ -155,23 +155,27 @@ def _str(value: Any) -> str | None:
 def evaluate_all(pairs: Iterable[tuple[Document, RequestContext | None]], evaluate: Evaluate,
                  prices: cost.Prices,
                  on_item: Callable[[AuditItem], None] | None = None) -> Iterator[AuditItem]:
-    """Run the engine over every object; an exception costs one item, never the audit."""
+    """Run the engine over every object, one at a time (nothing of an item is kept once it is handed
+    out); an exception costs one item, never the audit."""
     for doc, ctx in pairs:
-        if doc.error is not None or doc.obj is None or ctx is None:
-            item = AuditItem(doc, namespace=ctx.namespace if ctx else None)
-        else:
-            try:
-                decision = evaluate(doc.obj, ctx)
-            except Exception as exc:  # a policy bug must not hide every other finding
-                failure = f"the engine failed on this object: {type(exc).__name__}: {exc}"
-                item = AuditItem(doc, namespace=ctx.namespace, engine_error=failure)
-            else:
-                item = AuditItem(doc, decision, namespace=decision.namespace or ctx.namespace)
-                if item.is_workload and not doc.finished and not cost.is_finished(doc.obj):
-                    item.cost = cost.workload_cost(decision, prices)
+        item = _evaluate_one(doc, ctx, evaluate, prices)
         if on_item is not None:
             on_item(item)
         yield item
+
+
+def _evaluate_one(doc: Document, ctx: RequestContext | None, evaluate: Evaluate, prices: cost.Prices) -> AuditItem:
+    if doc.error is not None or doc.obj is None or ctx is None:
+        return AuditItem(doc, namespace=ctx.namespace if ctx else None)
+    try:
+        decision = evaluate(doc.obj, ctx)
+    except Exception as exc:  # a policy bug must not hide every other finding
+        failure = f"the engine failed on this object: {type(exc).__name__}: {exc}"
+        return AuditItem(doc, namespace=ctx.namespace, engine_error=failure)
+    item = AuditItem(doc, decision, namespace=decision.namespace or ctx.namespace)
+    if item.is_workload and not doc.finished and not cost.is_finished(doc.obj):
+        item.cost = cost.workload_cost(decision, prices)
+    return item
 
 
 def file_context(obj: dict | None, default_namespace: str | None,
