@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-RUNS = (["engine.py", "--quick"], ["hostile.py", "--quick"], ["report.py", "--check"])
+RUNS = (["engine.py", "--quick"], ["hostile.py", "--quick"], ["audit_scale.py", "--quick"], ["report.py", "--check"])
 
 
 def main() -> int:
