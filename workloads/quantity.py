@@ -20,6 +20,8 @@ from typing import Any
 
 MAX_TEXT_LENGTH = 64  # far above any real quantity ("9223372036854775807" is 19 characters)
 MAX_MAGNITUDE = Decimal(2**63 - 1)  # Kubernetes' largest allowed quantity (resource.maxAllowed)
+_MAX_INT = 2**63 - 1
+_TOO_LARGE = "larger than Kubernetes allows (2^63-1)"
 _MAX_DIGITS_BEFORE_POINT = 19  # 2^63-1 has 19 digits: more means out of range whatever follows
 _GRAMMAR = re.compile(
     r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
@@ -46,7 +48,6 @@ def _decimal_power(match: re.Match[str]) -> int:
     return 0
 
 
-@lru_cache(maxsize=4096)
 def _parse_text(text: str) -> Decimal:
     if len(text) > MAX_TEXT_LENGTH:
         raise InvalidQuantity(f"longer than {MAX_TEXT_LENGTH} characters")
@@ -60,7 +61,7 @@ def _parse_text(text: str) -> Decimal:
     if mantissa == 0:
         return Decimal(0)
     if len(whole) + power > _MAX_DIGITS_BEFORE_POINT + 1:  # cheap bound before any scaling
-        raise InvalidQuantity("larger than Kubernetes allows (2^63-1)")
+        raise InvalidQuantity(_TOO_LARGE)
     if power < -40:  # below a nano of a nano: Kubernetes rounds it up; nothing sensible asks for it
         raise InvalidQuantity("exponent out of range")
     value = mantissa.scaleb(power)
@@ -69,18 +70,71 @@ def _parse_text(text: str) -> Decimal:
     if match["sign"] == "-":
         value = -value
     if abs(value) > MAX_MAGNITUDE:
-        raise InvalidQuantity("larger than Kubernetes allows (2^63-1)")
+        raise InvalidQuantity(_TOO_LARGE)
     # "1e3" scales to Decimal("1E+3"); whole numbers read (and print) better as plain integers.
     return Decimal(int(value)) if value == value.to_integral_value() else value
 
 
 def check(value: Any) -> Decimal:
     """``value`` as a Decimal, or :class:`InvalidQuantity` saying why it is not a usable quantity."""
+    found = _read(value)
+    if isinstance(found, str):
+        raise InvalidQuantity(found)
+    return found
+
+
+def problem(value: Any) -> str | None:
+    """Why ``value`` is not a valid quantity, or ``None`` when it is one."""
+    found = _read(value)
+    return found if isinstance(found, str) else None
+
+
+def parse(value: Any) -> Decimal | None:
+    """A quantity as a Decimal, or ``None`` when it is missing, malformed or out of range."""
+    if value is None:
+        return None
+    found = _read(value)
+    return None if isinstance(found, str) else found
+
+
+# Every policy reads the same few quantities ("2", "16Gi", 8) of every object, again and again: plain
+# strings and ints are answered from these, the rest (bools, floats, str subclasses from YAML) by _convert.
+_CACHED_TEXT_LENGTH = 2 * MAX_TEXT_LENGTH  # longer ones are refused without keeping them
+_SMALL_INT_LIMIT = 1025  # GPU counts, CPUs, byte sizes written as small integers
+_SMALL_INTS = tuple(Decimal(i) for i in range(_SMALL_INT_LIMIT))
+
+
+def _read(value: Any) -> Decimal | str:
+    """``value`` as a Decimal, or why it is not a usable quantity (the one place both come from)."""
+    kind = type(value)
+    if kind is str:
+        return _text(value) if len(value) <= _CACHED_TEXT_LENGTH else _convert(value)
+    if kind is int:
+        if 0 <= value < _SMALL_INT_LIMIT:
+            return _SMALL_INTS[value]
+        return Decimal(value) if -_MAX_INT <= value <= _MAX_INT else _TOO_LARGE
+    return _convert(value)
+
+
+@lru_cache(maxsize=4096)
+def _text(value: str) -> Decimal | str:
+    """A short plain string's reading, valid or not (bounded: a hostile object's values only churn it)."""
+    return _convert(value)
+
+
+def _convert(value: Any) -> Decimal | str:
+    try:
+        return _check(value)
+    except InvalidQuantity as exc:
+        return str(exc)
+
+
+def _check(value: Any) -> Decimal:
     if isinstance(value, bool) or value is None:
         raise InvalidQuantity("neither a number nor a string")
     if isinstance(value, int):
         if abs(value) > MAX_MAGNITUDE:
-            raise InvalidQuantity("larger than Kubernetes allows (2^63-1)")
+            raise InvalidQuantity(_TOO_LARGE)
         return Decimal(value)
     if isinstance(value, float):
         if not math.isfinite(value) or abs(value) > MAX_MAGNITUDE:
@@ -89,25 +143,6 @@ def check(value: Any) -> Decimal:
     if isinstance(value, str):
         return _parse_text(value.strip())
     raise InvalidQuantity(f"a {type(value).__name__}, not a number or string")
-
-
-def problem(value: Any) -> str | None:
-    """Why ``value`` is not a valid quantity, or ``None`` when it is one."""
-    try:
-        check(value)
-    except InvalidQuantity as exc:
-        return str(exc)
-    return None
-
-
-def parse(value: Any) -> Decimal | None:
-    """A quantity as a Decimal, or ``None`` when it is missing, malformed or out of range."""
-    if value is None:
-        return None
-    try:
-        return check(value)
-    except InvalidQuantity:
-        return None
 
 
 def format_bytes(value: Decimal) -> str:

@@ -96,6 +96,39 @@ def _pod_spec(spec: dict, path: Path) -> Iterator[InvalidQuantity]:
                 yield InvalidQuantity(path + ("volumes", i, "emptyDir", "sizeLimit"), size, reason)
 
 
+def _clean_map(values: Any) -> bool:
+    if isinstance(values, dict):
+        for value in values.values():
+            if value is not None and quantity.problem(value) is not None:
+                return False
+    return True
+
+
+def _clean_resources(resources: Any) -> bool:
+    return not isinstance(resources, dict) or (
+        _clean_map(resources.get("requests")) and _clean_map(resources.get("limits")))
+
+
+def _clean(spec: dict) -> bool:
+    """Whether a PodSpec has no bad quantity: the common case, answered without building a path or a finding."""
+    for list_name in _CONTAINER_LISTS:
+        containers = spec.get(list_name)
+        if isinstance(containers, list):
+            for container in containers:
+                if isinstance(container, dict) and not _clean_resources(container.get("resources")):
+                    return False
+    if not _clean_resources(spec.get("resources")) or not _clean_map(spec.get("overhead")):
+        return False
+    volumes = spec.get("volumes")
+    if isinstance(volumes, list):
+        for volume in volumes:
+            empty_dir = volume.get("emptyDir") if isinstance(volume, dict) else None
+            size = empty_dir.get("sizeLimit") if isinstance(empty_dir, dict) else None
+            if size is not None and quantity.problem(size) is not None:
+                return False
+    return True
+
+
 def find(obj: Any) -> list[InvalidQuantity]:
     """Every invalid quantity in the pod templates of ``obj`` (at most ``MAX_FINDINGS``)."""
     if not isinstance(obj, dict):
@@ -106,7 +139,7 @@ def find(obj: Any) -> list[InvalidQuantity]:
     found: list[InvalidQuantity] = []
     for ref in kind.locate(obj):
         spec = kinds.get_path(obj, ref.spec_path)
-        if isinstance(spec, dict):
+        if isinstance(spec, dict) and not _clean(spec):
             for item in _pod_spec(spec, ref.spec_path):
                 found.append(item)
                 if len(found) >= MAX_FINDINGS:
@@ -122,7 +155,10 @@ def too_large(obj: dict, kind: kinds.KindSpec) -> str | None:
             return f"it has more than {MAX_POD_TEMPLATES} pod templates, the most gpuguard judges (MAX_POD_TEMPLATES)"
         spec = kinds.get_path(obj, ref.spec_path)
         if isinstance(spec, dict):
-            containers += sum(len(spec[k]) for k in _CONTAINER_LISTS if isinstance(spec.get(k), list))
+            for list_name in _CONTAINER_LISTS:
+                listed = spec.get(list_name)
+                if isinstance(listed, list):
+                    containers += len(listed)
         if containers > MAX_CONTAINERS:
             return f"it has more than {MAX_CONTAINERS} containers, the most gpuguard judges (MAX_CONTAINERS)"
     return None
