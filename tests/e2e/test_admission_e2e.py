@@ -88,7 +88,7 @@ def test_gpu_job_without_persistent_volume_is_rejected_with_policy_and_fix(clust
     ns = new_namespace(cp)
     result = cp.kubectl("apply", "-f", "-", input=gpu_job(ns, "no-ckpt", pvc=False), check=False)
     assert result.returncode != 0
-    assert 'admission webhook "validate.gpuguard.io" denied the request' in result.stderr
+    assert 'admission webhook "batch.validate.gpuguard.io" denied the request' in result.stderr
     assert "[checkpoint-volume] spec.template.spec.containers[0] (trainer)" in result.stderr
     assert "mount a persistentVolumeClaim (e.g. at /checkpoints)" in result.stderr
     assert cp.kubectl("get", "job", "no-ckpt", "-n", ns, check=False).returncode != 0

@@ -32,7 +32,7 @@ def cluster(control_plane, tmp_path_factory):
     server.start()
     server.register(cp)
     configured = cp.kubectl_json("get", "mutatingwebhookconfiguration", "gpuguard")
-    assert configured["webhooks"][0]["matchConditions"], "the apiserver stored no matchConditions"
+    assert all(h["matchConditions"] for h in configured["webhooks"]), "the apiserver stored no matchConditions"
     cp.wait_for(lambda: _gpu_pod_mutated(cp, _namespace(cp)), timeout=60, message="gpuguard webhooks in force")
     yield cp, server
     server.stop()

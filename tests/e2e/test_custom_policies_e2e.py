@@ -109,7 +109,7 @@ def test_a_custom_rule_denies_a_gpu_pytorchjob_at_kubectl_apply_with_its_message
     ns = namespace(cp)
     result = cp.kubectl("apply", "-f", "-", input=pytorchjob(ns, "resnet"), check=False)
     assert result.returncode != 0
-    assert 'admission webhook "validate.gpuguard.io" denied the request' in result.stderr
+    assert 'admission webhook "kubeflow.org.validate.gpuguard.io" denied the request' in result.stderr
     assert ("[team-label] metadata.labels.team: GPU PyTorchJob resnet has no team label: its 3 GPUs cannot be "
             "charged back; add the label team: <your team> to metadata.labels.") in result.stderr
     assert cp.kubectl("get", "pytorchjob", "resnet", "-n", ns, check=False).returncode != 0

@@ -23,7 +23,8 @@ containers and resource names actually present, never with a hidden search.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpuguard.policies.base import CpuScope
@@ -137,47 +138,69 @@ def _list(values: Iterable[str]) -> str:
 CONDITION_NAME = "accelerator-objects"
 
 
+def _request_key(kinds: Sequence[KindSpec]) -> tuple[str, Any]:
+    """CEL for the requested resource, and the key each kind has in it.
+
+    Within one API group (each webhook's rules are one group) the plural alone tells the kinds
+    apart; across groups it is ``plural/group`` (the core group's ``""`` is left out of what the
+    apiserver evaluates, hence the ``has``).
+    """
+    if len({k.group for k in kinds}) == 1:
+        return "request.resource.resource", lambda spec: spec.plural
+    return ("(request.resource.resource + '/' + (has(request.resource.group) ? request.resource.group : ''))",
+            lambda spec: f"{spec.plural}/{spec.group}")
+
+
 def build_match_conditions(patterns: Iterable[str], scope: CpuScope = _ACCELERATORS_ONLY,
                            kinds: Iterable[KindSpec] = KINDS) -> list[dict[str, str]]:
-    """The matchConditions for both webhooks; ``[]`` (send everything) when a policy needs every object.
+    """The accelerator condition for a webhook whose rules cover ``kinds``; ``[]`` (send everything) when a
+    policy needs every object or no kind says where its pod specs are.
 
-    One condition of ~3.4 KB.  Measured through kube-apiserver 1.33 (``bench/apiserver.py``), the
-    apiserver's evaluation time grows with the *size* of the conditions, evaluated branches or
-    not: a first version with 16 per-kind conditions (64 KB of CEL) cost ~25x the Pod condition
-    alone.  So the pod specs of the requested kind are gathered into one list by a ``?:`` chain
-    on the resource, and one test is written once and applied to each.
+    The apiserver's cost of a condition grows with the number of nodes in the expression, evaluated
+    or not (``bench/mcbench``: an unevaluated ``false && ...`` of 200 comparisons costs 40x a bare
+    ``false``), so the expression is as small as the kinds allow: a webhook of one kind tests its pod
+    specs directly; several kinds gather the requested kind's pod specs into one list by a ``?:``
+    chain on the resource, and one test is written once and applied to each.
     """
+    kinds = tuple(kinds)
     if scope.everything:
         return []
     patterns = tuple(patterns)
-    grouped: dict[tuple[str, tuple[PathPattern, ...]], list[str]] = {}
+    request, key = _request_key(kinds)
+    grouped: dict[tuple[PathPattern, ...], list[str]] = {}
     object_paths: set[tuple[str, ...]] = set()
+    always_sent = False
     for spec in kinds:
         if not spec.pod_spec_paths:
-            continue  # not in the chain: always sent (see module docstring)
-        plurals = grouped.setdefault((spec.group, spec.pod_spec_paths), [])
-        if spec.plural not in plurals:
-            plurals.append(spec.plural)
+            always_sent = True  # not in the chain: always sent (see module docstring)
+            continue
+        keys = grouped.setdefault(spec.pod_spec_paths, [])
+        if key(spec) not in keys:
+            keys.append(key(spec))
         # Object-level fields where priority-abuse finds a priority class (Kubeflow runPolicy, Volcano spec).
         object_paths.update(tuple(str(step) for step in path) for path in spec.priority_class_paths)
-    # rk = "plural/group" of the request, computed once (the apiserver's CEL has no cel.bind, so a
-    # one-element list's exists() binds it).  Empty request fields are left out of what the
-    # apiserver evaluates, so the core group's "" must be guarded.
-    resource = "(request.resource.resource + '/' + (has(request.resource.group) ? request.resource.group : ''))"
-    guards = [(f"rk in {_list(f'{plural}/{group}' for plural in plurals)}", paths)
-              for (group, paths), plurals in grouped.items()]
-    every = _list(f"{plural}/{group}" for (group, _), plurals in grouped.items() for plural in plurals)
-    chain = "[]"
-    for guard, paths in reversed(guards):
-        specs = " + ".join(pod_specs("o", path) for path in paths)
-        chain = f"({guard}) ? {specs} : {chain}"
+    if not grouped:
+        return []
     classes = sorted(scope.priority_classes)
+    single = len(grouped) == 1 and not always_sent
+    if single:
+        ((paths, _),) = grouped.items()
+        chain = " + ".join(pod_specs("o", path) for path in paths)
+    else:
+        chain = "[]"
+        for paths, keys in reversed(grouped.items()):
+            specs = " + ".join(pod_specs("o", path) for path in paths)
+            chain = f"(rk in {_list(keys)}) ? {specs} : {chain}"
     per_object = [f"({chain}).exists(s, s != null && ({spec_test(patterns, classes)}))"]
     if classes:
         per_object += [f"{_optional('o', path, chr(39) * 2)} in {_list(classes)}" for path in sorted(object_paths)]
     objects = f"[object, oldObject].exists(o, o != null && ({' || '.join(per_object)}))"
-    expression = (f"(has(request.subResource) && request.subResource != '') || "
-                  f"[{resource}].exists(rk, !(rk in {every}) || {objects})")
+    if single:
+        expression = objects
+    else:
+        every = _list(k for keys in grouped.values() for k in keys)
+        # rk is bound once by a one-element list's exists() (the apiserver's CEL has no cel.bind).
+        expression = f"[{request}].exists(rk, !(rk in {every}) || {objects})"
     return [{"name": CONDITION_NAME, "expression": expression}]
 
 
@@ -186,28 +209,34 @@ def build_match_conditions(patterns: Iterable[str], scope: CpuScope = _ACCELERAT
 CONTROLLER_REQUESTS = "not-controller-requests"
 METADATA_ONLY_UPDATES = "not-finalizer-only-updates"
 MERGED_NAME = "judged-requests"
-_SUBRESOURCE = "(has(request.subResource) && request.subResource != '')"
-_RESOURCE = "(request.resource.resource + '/' + (has(request.resource.group) ? request.resource.group : ''))"
-# The owner's API group, from an ownerReference's apiVersion ("apps/v1" -> "apps", "v1" -> "").
-_OWNER_GROUP = ("(r.?apiVersion.orValue('').contains('/') ? "
-                "r.apiVersion.substring(0, r.apiVersion.lastIndexOf('/')) : '')")
-
-
-def _create_keys(creates: Iterable[tuple[str, GroupKind, GroupKind]]) -> list[str]:
-    """``user|ownerGroup/OwnerKind|plural/group`` for each edge whose created kind the rules intercept."""
-    keys = set()
-    for user, (owner_group, owner_kind), (group, kind) in creates:
-        spec = lookup_group_kind(group, kind)
-        if spec is not None:
-            keys.add(f"{user}|{owner_group}/{owner_kind}|{spec.plural}/{spec.group}")
-    return sorted(keys)
-
-
 ControllerEdge = tuple[str, GroupKind, GroupKind]  # (username, owner, created)
 
 
-def blast_radius_conditions(controller_users: Iterable[str],
-                            controller_creates: Iterable[ControllerEdge] = ()) -> list[dict[str, str]]:
+def _create_keys(creates: Iterable[ControllerEdge], kinds: Sequence[KindSpec]) -> tuple[list[str], bool]:
+    """``user|ownerApiVersion|OwnerKind[|resource]`` for each edge whose created kind is in ``kinds``, and
+    whether the resource is part of the key (only when ``kinds`` has more than one).
+
+    The owner is keyed by each apiVersion its kind serves, so CEL compares ``r.apiVersion`` as it is
+    (cheaper than cutting the group out of it); an owner kind outside the kind table is left out,
+    and its objects reach gpuguard as any user's would.
+    """
+    _, key = _request_key(kinds)
+    by_group_kind = {spec.api_group_kind: spec for spec in kinds}
+    with_resource = len(kinds) > 1
+    keys = set()
+    for user, owner, child in creates:
+        spec = by_group_kind.get(child)
+        owner_spec = lookup_group_kind(*owner)
+        if spec is None or owner_spec is None:
+            continue
+        for version in owner_spec.versions:
+            api_version = f"{owner[0]}/{version}" if owner[0] else version
+            keys.add(f"{user}|{api_version}|{owner[1]}" + (f"|{key(spec)}" if with_resource else ""))
+    return sorted(keys), with_resource
+
+
+def blast_radius_conditions(controller_users: Iterable[str], controller_creates: Iterable[ControllerEdge] = (),
+                            kinds: Sequence[KindSpec] = KINDS) -> list[dict[str, str]]:
     """Conditions that keep requests gpuguard would not judge anyway away from it (and from its outages).
 
     - UPDATEs by trusted controllers (the job controller and garbage collector removing finalizers,
@@ -222,26 +251,29 @@ def blast_radius_conditions(controller_users: Iterable[str],
     - UPDATEs that change neither spec nor labels, annotations or owners (finalizers,
       resourceVersion bookkeeping): nothing any policy reads changed.
 
-    Subresource requests (``scale``, also the HPA's) always pass: their object is a Scale.
+    The object webhooks' rules name no subresources (``scale`` has a webhook of its own without
+    conditions), so these never see a Scale.
     """
+    kinds = tuple(kinds)
     users = sorted(set(controller_users))
     same = " && ".join(f"object{f} == oldObject{f}" for f in (
         ".?spec.orValue(null)", ".metadata.?labels.orValue({})", ".metadata.?annotations.orValue({})",
         ".metadata.?ownerReferences.orValue([])"))
     out = [{"name": METADATA_ONLY_UPDATES,
-            "expression": f"request.operation != 'UPDATE' || {_SUBRESOURCE} || oldObject == null || !({same})"}]
+            "expression": f"request.operation != 'UPDATE' || oldObject == null || !({same})"}]
     if not users:
         return out
-    keys = _create_keys(controller_creates)
+    keys, with_resource = _create_keys(controller_creates, kinds)
     if keys:
-        owned = (f"[{_RESOURCE}].exists(rk, object.metadata.?ownerReferences.orValue([]).exists(r, "
-                 f"r.?controller.orValue(false) && (request.userInfo.username + '|' + {_OWNER_GROUP} + '/' + "
-                 f"r.?kind.orValue('') + '|' + rk) in {_list(keys)}))")
+        request, _ = _request_key(kinds)
+        resource = f" + '|' + {request}" if with_resource else ""
+        owned = (f"object.metadata.?ownerReferences.orValue([]).exists(r, r.?controller.orValue(false) && "
+                 f"(request.userInfo.username + '|' + r.apiVersion + '|' + r.kind{resource}) in {_list(keys)})")
         controller = f"(request.operation == 'CREATE' && !{owned})"
     else:
         controller = "request.operation != 'UPDATE'"
     out.insert(0, {"name": CONTROLLER_REQUESTS,
-                   "expression": f"{_SUBRESOURCE} || !(request.userInfo.username in {_list(users)}) || {controller}"})
+                   "expression": f"!(request.userInfo.username in {_list(users)}) || {controller}"})
     return out
 
 
@@ -256,3 +288,37 @@ def merge(conditions: list[dict[str, str]]) -> list[dict[str, str]]:
     if len(conditions) <= 1:
         return [dict(c) for c in conditions]
     return [{"name": MERGED_NAME, "expression": " && ".join(f"({c['expression']})" for c in conditions)}]
+
+
+# ---------------------------------------------------------------- per webhook
+
+@dataclass(frozen=True)
+class Filters:
+    """What the webhooks' matchConditions are made of, from the config the server runs.
+
+    Each webhook gets the conditions of its own kinds only (``conditions_for``): the apiserver's
+    time to evaluate a condition grows with the expression's size, branches not taken included
+    (``bench/mcbench``), so a Pod's create must not pay for the paths of twenty CRDs.
+    """
+
+    patterns: tuple[str, ...]
+    scope: CpuScope = _ACCELERATORS_ONLY
+    controller_users: tuple[str, ...] = ()
+    controller_creates: tuple[ControllerEdge, ...] = ()
+
+    def conditions_for(self, kinds: Sequence[KindSpec]) -> list[dict[str, str]]:
+        """One merged condition for a webhook whose rules cover exactly ``kinds``."""
+        kinds = tuple(kinds)
+        mine = {k.api_group_kind for k in kinds}
+        creates = [edge for edge in self.controller_creates if edge[2] in mine]
+        accelerators = build_match_conditions(self.patterns, self.scope, kinds)
+        return merge([*blast_radius_conditions(self.controller_users, creates, kinds), *accelerators])
+
+
+def filters_from(config: Any) -> Filters:
+    """The filters for a compiled config: its accelerator resources, its policies' CPU needs, its
+    trusted controllers (their creates only while ``trustControllerPods`` is on)."""
+    controllers = config.controllers
+    return Filters(patterns=tuple(config.accelerators.resource_patterns()), scope=cpu_scope(config),
+                   controller_users=tuple(sorted(controllers.users())),
+                   controller_creates=tuple(controllers.left_alone()) if config.trust_controller_pods else ())

@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import argparse
 import base64
+import copy
 import re
 import sys
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpuguard.webhook.cli.match_conditions import Filters, filters_from
 from gpuguard.webhook.exitcodes import ExitCode
-from gpuguard.workloads.controllers import GroupKind, TrustedControllers
-from gpuguard.workloads.kinds import KINDS
+from gpuguard.workloads.kinds import KINDS, KindSpec
 
 MUTATE_PATH = "/mutate"
 VALIDATE_PATH = "/validate"
-MUTATE_WEBHOOK_NAME = "mutate.gpuguard.io"
-VALIDATE_WEBHOOK_NAME = "validate.gpuguard.io"
+MUTATE = "mutate"
+VALIDATE = "validate"
 # ``kubectl scale`` and autoscalers: a webhook of its own, with its own failure policy (see below).
 SCALE_WEBHOOK_NAME = "scale.gpuguard.io"
 DEFAULT_TIMEOUT_SECONDS = 10
@@ -52,13 +53,25 @@ def scale_rules() -> list[dict[str, Any]]:
     return rules
 
 
-def _shipped_controllers() -> TrustedControllers:
-    from gpuguard.webhook.config import load_config
+def webhook_name(group: str, verb: str) -> str:
+    """``core.mutate.gpuguard.io``, ``kubeflow.org.validate.gpuguard.io``: one webhook per API group and verb."""
+    return f"{group or 'core'}.{verb}.gpuguard.io"
 
-    return load_config(None).controllers
+
+def kind_groups(kinds: Iterable[KindSpec] = KINDS) -> list[tuple[str, tuple[KindSpec, ...]]]:
+    """The kinds by API group, in kind-table order: one object webhook each (per verb).
+
+    The apiserver evaluates a webhook's matchConditions only for requests its rules match, and
+    their cost grows with the expression's size: split by group, a Pod's create evaluates the
+    Pod's condition alone, not the pod-spec paths of every CRD (``bench/mcbench``).
+    """
+    grouped: dict[str, list[KindSpec]] = {}
+    for spec in kinds:
+        grouped.setdefault(spec.group, []).append(spec)
+    return [(group, tuple(specs)) for group, specs in grouped.items()]
 
 
-def build_rules(operations: list[str], scale: bool = False) -> list[dict[str, Any]]:
+def build_rules(operations: list[str], scale: bool = False, kinds: Iterable[KindSpec] = KINDS) -> list[dict[str, Any]]:
     """One rule per (API group, versions) from ``KINDS``, resources being those kinds' plurals.
 
     Kinds sharing a group but not versions (``MPIJob`` v2beta1/v1 next to ``PyTorchJob`` v1)
@@ -68,13 +81,11 @@ def build_rules(operations: list[str], scale: bool = False) -> list[dict[str, An
     ``kubectl scale`` is held to the same per-workload caps as an edit of ``spec.replicas``.
     """
     grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
-    for spec in KINDS:
+    for spec in kinds:
         plurals = grouped.setdefault((spec.group, spec.versions), [])
         for resource in (spec.plural, *([f"{spec.plural}/scale"] if scale and spec.scale_replicas else [])):
             if resource not in plurals:
                 plurals.append(resource)
-    if not any(group == "" and "pods" in plurals for (group, _v), plurals in grouped.items()):
-        grouped.setdefault(("", ("v1",)), []).insert(0, "pods")
     return [
         {
             "apiGroups": [group],
@@ -137,10 +148,9 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
     namespace: str = "gpuguard",
     port: int = 443,
-    match_conditions: list[dict[str, str]] | None = None,
-    controller_users: Iterable[str] | None = None,
-    controller_creates: Iterable[tuple[str, GroupKind, GroupKind]] | None = None,
+    filters: Filters | None = None,
     scale_failure_policy: str = "Ignore",
+    exclude_namespaces: Iterable[str] = (),
 ) -> list[dict[str, Any]]:
     """The MutatingWebhookConfiguration and ValidatingWebhookConfiguration, as dicts.
 
@@ -148,28 +158,24 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
     ``service`` (``(namespace, name)``) is required.  ``ca_bundle`` is the CA PEM; when it is
     ``None`` the field is left out so that ``certs inject`` or cert-manager's cainjector can
     own it (an empty value in applied manifests would be reset on every ``kubectl apply``).
-    ``namespace`` is gpuguard's own namespace, excluded from interception.  ``match_conditions``
-    (default: :func:`match_conditions` of the shipped config) keep CPU-only objects away;
-    ``controller_users``' updates, ``controller_creates``' creates (default: the shipped trusted
-    controllers, ``trustControllerPods`` on) and finalizer-only updates are kept away too
-    (``blast_radius_conditions``); all of it is one condition (``merge``).  ``kubectl scale`` is
-    judged by a webhook of its own, ``scale.gpuguard.io``, with ``scale_failure_policy`` (default
-    Ignore): a Scale carries no template to filter on, so under Fail an outage would stop scaling
-    of every CPU workload; what is scaled past a cap meanwhile is what ``gpuguard audit --cluster``
-    reports.
+    ``namespace`` is gpuguard's own namespace, excluded from interception with the system ones and
+    ``exclude_namespaces``.  There is one mutating and one validating webhook per API group of the
+    kind table (``kind_groups``), each with the matchConditions of its own kinds (``filters``, default:
+    the built-in config's; see ``gpuguard.webhook.cli.match_conditions``): CPU-only objects,
+    trusted controllers' writes of what gpuguard leaves alone and finalizer-only updates never
+    reach gpuguard.  ``kubectl scale`` is judged by a webhook of its own, ``scale.gpuguard.io``, with
+    ``scale_failure_policy`` (default Ignore): a Scale carries no template to filter on, so under
+    Fail an outage would stop scaling of every CPU workload; what is scaled past a cap meanwhile
+    is what ``gpuguard audit --cluster`` reports.
     """
     _validate(url, service, port, failure_policy, timeout_seconds, namespace)
     if scale_failure_policy not in FAILURE_POLICIES:
         raise WebhookConfigError(f"--scale-failure-policy must be one of {', '.join(FAILURE_POLICIES)}")
-    conditions = match_conditions_for(None) if match_conditions is None else match_conditions
-    from gpuguard.webhook.cli.match_conditions import blast_radius_conditions, merge
-
-    shipped = _shipped_controllers() if controller_users is None or controller_creates is None else None
-    users = shipped.users() if controller_users is None and shipped else controller_users or ()
-    creates = shipped.left_alone() if controller_creates is None and shipped else controller_creates or ()
-    # Cheap tests first: most requests that never reach gpuguard are settled before the accelerator walk.
-    conditions = merge([*blast_radius_conditions(users, creates), *conditions])
-    excluded = [*SYSTEM_NAMESPACES, *([namespace] if namespace not in SYSTEM_NAMESPACES else [])]
+    filters = filters or filters_for(None)
+    excluded = list(dict.fromkeys([*SYSTEM_NAMESPACES, namespace, *exclude_namespaces]))
+    for name in excluded:
+        if not _DNS1123_LABEL.match(name) or len(name) > 63:
+            raise WebhookConfigError(f"--exclude-namespace {name!r} is not a valid namespace name")
     namespace_selector = {
         "matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded},
@@ -177,60 +183,57 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
     }
     labels = {"app.kubernetes.io/name": "gpuguard", "app.kubernetes.io/component": "webhook"}
 
-    def webhook(hook_name: str, path: str, operations: list[str], scale: bool | None,
+    def webhook(hook_name: str, path: str, rules: list[dict[str, Any]], conditions: list[dict[str, str]],
                 policy: str = failure_policy) -> dict[str, Any]:
-        # The scale webhook's requests are all Scales (a subresource, which every condition lets
-        # through): it carries none, so the apiserver evaluates nothing for it.
-        hook_conditions = conditions if scale is not None else []
         return {
             "name": hook_name,
             "admissionReviewVersions": ["v1"],
             "clientConfig": _client_config(path, url, service, port, ca_bundle),
-            "rules": scale_rules() if scale is None else build_rules(operations, scale),
+            "rules": copy.deepcopy(rules),
             "failurePolicy": policy,
             "matchPolicy": "Equivalent",
-            "namespaceSelector": namespace_selector,
+            "namespaceSelector": copy.deepcopy(namespace_selector),
             "sideEffects": "None",
             "timeoutSeconds": timeout_seconds,
-            **({"matchConditions": [dict(c) for c in hook_conditions]} if hook_conditions else {}),
+            **({"matchConditions": copy.deepcopy(conditions)} if conditions else {}),
         }
 
-    # Mutation runs on UPDATE too: a re-apply or replace must get gpuguard's changes back, not strip
-    # them (the engine keeps immutable fields as stored, and leaves controllers' objects alone).
-    mutating = webhook(MUTATE_WEBHOOK_NAME, MUTATE_PATH, ["CREATE", "UPDATE"], scale=False)
-    # Mutations are idempotent, so being called again after a later webhook changed the pod is safe
-    # and lets gpuguard see (and fix) what that webhook added.
-    mutating["reinvocationPolicy"] = "IfNeeded"
-    validating = webhook(VALIDATE_WEBHOOK_NAME, VALIDATE_PATH, ["CREATE", "UPDATE"], scale=False)
-    scaling = webhook(SCALE_WEBHOOK_NAME, VALIDATE_PATH, ["UPDATE"], scale=None, policy=scale_failure_policy)
+    mutating, validating = [], []
+    for group, kinds in kind_groups():
+        conditions = filters.conditions_for(kinds)
+        rules = build_rules(["CREATE", "UPDATE"], kinds=kinds)
+        # Mutation runs on UPDATE too: a re-apply or replace must get gpuguard's changes back, not strip
+        # them (the engine keeps immutable fields as stored, and leaves controllers' objects alone).
+        hook = webhook(webhook_name(group, MUTATE), MUTATE_PATH, rules, conditions)
+        # Mutations are idempotent, so being called again after a later webhook changed the pod is
+        # safe and lets gpuguard see (and fix) what that webhook added.
+        hook["reinvocationPolicy"] = "IfNeeded"
+        mutating.append(hook)
+        validating.append(webhook(webhook_name(group, VALIDATE), VALIDATE_PATH, rules, conditions))
+    # Every request of the scale webhook is a Scale (a subresource, which every condition lets
+    # through): it carries no conditions, so the apiserver evaluates nothing for it.
+    validating.append(webhook(SCALE_WEBHOOK_NAME, VALIDATE_PATH, scale_rules(), [], policy=scale_failure_policy))
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": name, "labels": dict(labels)},
-            "webhooks": [mutating],
+            "webhooks": mutating,
         },
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": name, "labels": dict(labels)},
-            "webhooks": [validating, scaling],
+            "webhooks": validating,
         },
     ]
 
 
-def accelerator_resource_patterns(config: Any) -> tuple[str, ...]:
-    """The resource-name globs of every enabled accelerator profile (DRA claims are matched apart)."""
-    return config.accelerators.resource_patterns()
-
-
-def match_conditions_for(config_path: str | None) -> list[dict[str, str]]:
-    """matchConditions derived from ``gpuguard.workloads.kinds`` and the config at ``config_path`` (None: shipped)."""
-    from gpuguard.webhook.cli.match_conditions import build_match_conditions, cpu_scope
+def filters_for(config_path: str | None) -> Filters:
+    """The matchConditions' inputs from the config at ``config_path`` (None: the built-in one)."""
     from gpuguard.webhook.config import load_config
 
-    config = load_config(config_path)
-    return build_match_conditions(accelerator_resource_patterns(config), cpu_scope(config))
+    return filters_from(load_config(config_path))
 
 
 def render_yaml(documents: list[dict[str, Any]]) -> str:
@@ -255,22 +258,20 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
-def _conditions_or_error(config_path: str | None) -> tuple[list[dict[str, str]], TrustedControllers, bool]:
-    """matchConditions and trusted controller identities for the CLI; says on stderr why there are no
-    accelerator conditions when a policy needs every object."""
-    from gpuguard.webhook.cli.match_conditions import build_match_conditions, cpu_scope
+def _filters_or_error(config_path: str | None) -> Filters:
+    """The filters for the CLI; says on stderr why there are no accelerator conditions when a policy
+    needs every object."""
     from gpuguard.webhook.config import ConfigError, load_config
 
     try:
         config = load_config(config_path)
     except ConfigError as exc:
         raise WebhookConfigError(str(exc).splitlines()[0]) from None
-    scope = cpu_scope(config)
-    if scope.everything:
-        print(f"gpuguard: note: no matchConditions, every intercepted object reaches the webhook: {scope.reason}",
-              file=sys.stderr)
-    return (build_match_conditions(accelerator_resource_patterns(config), scope), config.controllers,
-            config.trust_controller_pods)
+    filters = filters_from(config)
+    if filters.scope.everything:
+        print("gpuguard: note: no accelerator matchConditions, every intercepted object reaches the webhook: "
+              f"{filters.scope.reason}", file=sys.stderr)
+    return filters
 
 
 def cmd_webhook_config(args: argparse.Namespace) -> int:
@@ -286,13 +287,11 @@ def cmd_webhook_config(args: argparse.Namespace) -> int:
         if args.url is not None and args.port is not None:
             raise WebhookConfigError("--port applies to --service only; put the port in --url")
         namespace = args.namespace or (args.service[0] if args.service else "gpuguard")
-        conditions, controllers, trust_pods = _conditions_or_error(args.config)
         documents = build_webhook_configurations(
             url=args.url, service=args.service, ca_bundle=ca_bundle, name=args.name,
             failure_policy=args.failure_policy, timeout_seconds=args.timeout, namespace=namespace,
-            port=args.port if args.port is not None else 443, match_conditions=conditions,
-            controller_users=controllers.users(), scale_failure_policy=args.scale_failure_policy,
-            controller_creates=controllers.left_alone() if trust_pods else [],
+            port=args.port if args.port is not None else 443, filters=_filters_or_error(args.config),
+            scale_failure_policy=args.scale_failure_policy, exclude_namespaces=args.exclude_namespace,
         )
     except WebhookConfigError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
@@ -327,6 +326,9 @@ def register(subparsers: Any) -> None:
                         help="gpuguard's namespace, excluded from interception (default: the --service "
                              "namespace, else gpuguard)")
     parser.add_argument("--port", type=_int, help="Service port (default 443); --service only")
+    parser.add_argument("--exclude-namespace", action="append", default=[], metavar="NS",
+                        help="a namespace the webhooks never intercept, besides kube-system, kube-node-lease "
+                             "and gpuguard's own (repeatable)")
     parser.add_argument("--config", metavar="FILE",
                         help="GpuguardConfig the server runs with: its accelerator resources and policies decide "
                              "the matchConditions (default: the built-in config)")

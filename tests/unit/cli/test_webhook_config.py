@@ -21,12 +21,33 @@ def _build(**kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return mutating, validating
 
 
+def _hooks(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The object webhooks, one per API group of the kind table (the validating configuration's last
+    one judges ``scale`` apart)."""
+    verb = wc.MUTATE if config["kind"].startswith("Mutating") else wc.VALIDATE
+    expected = [wc.webhook_name(group, verb) for group, _ in wc.kind_groups()]
+    names = [h["name"] for h in config["webhooks"]]
+    assert names == (expected if verb == wc.MUTATE else [*expected, wc.SCALE_WEBHOOK_NAME])
+    return config["webhooks"][:len(expected)]
+
+
 def _hook(config: dict[str, Any]) -> dict[str, Any]:
-    """The object webhook (the validating configuration's second one judges ``scale`` apart)."""
-    expected = [wc.MUTATE_WEBHOOK_NAME] if config["kind"].startswith("Mutating") else [
-        wc.VALIDATE_WEBHOOK_NAME, wc.SCALE_WEBHOOK_NAME]
-    assert [h["name"] for h in config["webhooks"]] == expected
-    return config["webhooks"][0]
+    """The first object webhook (core: Pods); every object webhook shares the fields the tests read."""
+    hooks = _hooks(config)
+    for hook in hooks[1:]:
+        for field in ("clientConfig", "failurePolicy", "timeoutSeconds", "namespaceSelector", "sideEffects"):
+            assert hook[field] == hooks[0][field], field
+    return hooks[0]
+
+
+def _intercepted_by_all(config: dict[str, Any]) -> set[tuple[str, str, str]]:
+    """What the object webhooks intercept together; no two intercept the same resource."""
+    seen: set[tuple[str, str, str]] = set()
+    for hook in _hooks(config):
+        mine = _intercepted(hook)
+        assert not mine & seen, mine & seen
+        seen |= mine
+    return seen
 
 
 def _intercepted(hook: dict[str, Any]) -> set[tuple[str, str, str]]:
@@ -57,14 +78,15 @@ def test_two_configurations_of_the_right_kinds() -> None:
     assert validating["kind"] == "ValidatingWebhookConfiguration"
     assert mutating["apiVersion"] == validating["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert mutating["metadata"]["name"] == validating["metadata"]["name"] == "gpuguard"
-    assert _hook(mutating)["name"] == "mutate.gpuguard.io"
-    assert _hook(validating)["name"] == "validate.gpuguard.io"
+    assert _hook(mutating)["name"] == "core.mutate.gpuguard.io"
+    assert _hook(validating)["name"] == "core.validate.gpuguard.io"
+    assert wc.webhook_name("kubeflow.org", wc.VALIDATE) == "kubeflow.org.validate.gpuguard.io"
 
 
 @pytest.mark.parametrize("spec", KINDS, ids=lambda s: f"{s.group or 'core'}/{s.kind}")
 def test_every_kind_is_intercepted_by_both_webhooks(spec: Any) -> None:
     for config in _build():
-        matched = _intercepted(_hook(config))
+        matched = _intercepted_by_all(config)
         for version in spec.versions:
             assert (spec.group, version, spec.plural) in matched, (config["kind"], spec.kind, version)
 
@@ -72,22 +94,23 @@ def test_every_kind_is_intercepted_by_both_webhooks(spec: Any) -> None:
 def test_pods_are_always_intercepted() -> None:
     for config in _build():
         assert ("", "v1", "pods") in _intercepted(_hook(config))
+        # ... by the core group's webhook: the only one whose condition a Pod's create evaluates.
+        assert all(("", "v1", "pods") not in _intercepted(h) for h in _hooks(config)[1:])
 
 
 def test_rules_intercept_no_version_a_kind_does_not_declare() -> None:
     declared = {(s.group, v, s.plural) for s in KINDS for v in s.versions} | {("", "v1", "pods")}
     declared |= {(s.group, v, f"{s.plural}/scale") for s in KINDS if s.scale_replicas for v in s.versions}
     for config in _build():
-        assert _intercepted(_hook(config)) <= declared
+        assert _intercepted_by_all(config) <= declared
 
 
 def test_operations_per_webhook() -> None:
     mutating, validating = _build()
     for config in (mutating, validating):
-        for rule in _hook(config)["rules"]:
-            assert rule["operations"] == ["CREATE", "UPDATE"]
-    for config in (mutating, validating):
-        assert all(rule["scope"] == "Namespaced" for rule in _hook(config)["rules"])
+        for hook in _hooks(config):
+            for rule in hook["rules"]:
+                assert rule["operations"] == ["CREATE", "UPDATE"] and rule["scope"] == "Namespaced"
 
 
 def test_common_webhook_fields() -> None:
@@ -99,8 +122,8 @@ def test_common_webhook_fields() -> None:
         assert hook["matchPolicy"] == "Equivalent"
         assert hook["failurePolicy"] == "Fail"
         assert hook["timeoutSeconds"] == 10
-    assert _hook(mutating)["reinvocationPolicy"] == "IfNeeded"
-    assert "reinvocationPolicy" not in _hook(validating)
+    assert all(h["reinvocationPolicy"] == "IfNeeded" for h in _hooks(mutating))
+    assert all("reinvocationPolicy" not in h for h in validating["webhooks"])
 
 
 def test_namespace_selector_spares_system_and_gpuguard_namespaces() -> None:
@@ -240,39 +263,45 @@ def test_scale_subresources_are_validated_not_mutated() -> None:
     mutating, validating = _build()
     scaled = {s.plural for s in KINDS if s.scale_replicas}
     assert scaled >= {"deployments", "statefulsets", "replicasets", "leaderworkersets"}
-    scale_hook = validating["webhooks"][1]
+    scale_hook = validating["webhooks"][-1]
     assert scale_hook["name"] == wc.SCALE_WEBHOOK_NAME and scale_hook["failurePolicy"] == "Ignore"
     assert {r for rule in scale_hook["rules"] for r in rule["resources"]} == {f"{p}/scale" for p in scaled}
     assert all(rule["operations"] == ["UPDATE"] for rule in scale_hook["rules"])
-    for hook in (_hook(mutating), _hook(validating)):  # objects only: a CPU workload's scale never waits on Fail
+    for hook in (*_hooks(mutating), *_hooks(validating)):  # objects only: a CPU workload's scale never waits on Fail
         assert not any(r.endswith("/scale") for rule in hook["rules"] for r in rule["resources"])
-    assert _build(scale_failure_policy="Fail")[1]["webhooks"][1]["failurePolicy"] == "Fail"
+    assert _build(scale_failure_policy="Fail")[1]["webhooks"][-1]["failurePolicy"] == "Fail"
 
 
 def test_controller_and_finalizer_only_updates_are_kept_away() -> None:
     from gpuguard.webhook.cli.match_conditions import (
         CONTROLLER_REQUESTS,
         METADATA_ONLY_UPDATES,
+        Filters,
         blast_radius_conditions,
     )
+    from gpuguard.workloads.kinds import core
 
     job_controller = "system:serviceaccount:kube-system:job-controller"
-    parts = {c["name"]: c["expression"] for c in blast_radius_conditions(
-        [job_controller], [(job_controller, ("batch", "Job"), ("", "Pod"))])}
+    edge = (job_controller, ("batch", "Job"), ("", "Pod"))
+    parts = {c["name"]: c["expression"] for c in blast_radius_conditions([job_controller], [edge], [core.POD])}
     assert f"'{job_controller}'" in parts[CONTROLLER_REQUESTS]
-    assert "request.subResource" in parts[CONTROLLER_REQUESTS]  # an HPA's scale is still judged
     # Its creates only of what it makes for the owner kind it makes it for: the engine's two facts.
-    assert f"'{job_controller}|batch/Job|pods/'" in parts[CONTROLLER_REQUESTS]
+    assert f"'{job_controller}|batch/v1|Job'" in parts[CONTROLLER_REQUESTS]
     for field in ("spec", "labels", "annotations", "ownerReferences"):
         assert field in parts[METADATA_ONLY_UPDATES]
+    # Across several kinds the created resource is part of the key.
+    several = blast_radius_conditions([job_controller], [edge], KINDS)[0]["expression"]
+    assert f"'{job_controller}|batch/v1|Job|pods/'" in several
     # Without create edges (trustControllerPods off) only its updates are kept away.
     updates_only = blast_radius_conditions([job_controller])[0]["expression"]
     assert "request.operation != 'UPDATE'" in updates_only and "ownerReferences" not in updates_only
-    mutating, validating = _build(controller_users=[job_controller])
-    for hook in (mutating["webhooks"][0], validating["webhooks"][0]):
-        (merged,) = hook["matchConditions"]  # one condition: CEL's && stops at the first false part
+    filters = Filters(patterns=("nvidia.com/gpu",), controller_users=(job_controller,), controller_creates=(edge,))
+    mutating, validating = _build(filters=filters)
+    for hook in (*_hooks(mutating), *_hooks(validating)):
+        (merged,) = hook["matchConditions"]  # one condition: the apiserver evaluates every one of a webhook
         assert f"'{job_controller}'" in merged["expression"] and "oldObject" in merged["expression"]
-    assert "matchConditions" not in validating["webhooks"][1], "the scale webhook's requests are all Scales"
+        assert ("|batch/v1|Job" in merged["expression"]) == (hook["name"].startswith("core.")), hook["name"]
+    assert "matchConditions" not in validating["webhooks"][-1], "the scale webhook's requests are all Scales"
 
 
 def test_the_shipped_creates_kept_away_are_the_edges_gpuguard_leaves_alone() -> None:
@@ -283,10 +312,15 @@ def test_the_shipped_creates_kept_away_are_the_edges_gpuguard_leaves_alone() -> 
     assert ("system:serviceaccount:kube-system:replicaset-controller", ("apps", "ReplicaSet"), ("", "Pod")) in edges
     # The Trainer's JobSet is derived from a runtime and judged when it is created: never kept away.
     assert not any(child == ("jobset.x-k8s.io", "JobSet") and owner[1] == "TrainJob" for _, owner, child in edges)
-    (hook,) = _build()[0]["webhooks"]
-    assert "kubeflow-trainer-controller-manager|trainer.kubeflow.org/TrainJob" not in hook["matchConditions"][0][
-        "expression"]
+    for hook in _hooks(_build()[0]):
+        expression = hook["matchConditions"][0]["expression"]
+        assert "kubeflow-trainer-controller-manager|trainer.kubeflow.org" not in expression
 
+
+def test_generated_yaml_has_no_aliases() -> None:
+    """Shared dicts would be written as YAML anchors (&id001 / *id001): legal, but unreadable in a review."""
+    text = wc.render_yaml(_build())
+    assert "&id" not in text and "*id" not in text
 
 
 def test_with_trust_controller_pods_off_controllers_creates_reach_gpuguard(tmp_path) -> None:
@@ -298,5 +332,5 @@ def test_with_trust_controller_pods_off_controllers_creates_reach_gpuguard(tmp_p
     off = run_cli("webhook-config", "--service", "gpuguard/gpuguard", "--config", str(config))
     on = run_cli("webhook-config", "--service", "gpuguard/gpuguard")
     assert off.returncode == 0 == on.returncode, off.stderr + on.stderr
-    assert "|apps/ReplicaSet|pods/" in on.stdout and "|apps/ReplicaSet|pods/" not in off.stdout
+    assert "|apps/v1|ReplicaSet" in on.stdout and "|apps/v1|ReplicaSet" not in off.stdout
     assert "system:serviceaccount:kube-system:job-controller" in off.stdout  # its updates still kept away
