@@ -24,6 +24,7 @@ from gpuguard.workloads.containers import Container, SparkContainer, container_g
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
 from gpuguard.workloads.paths import Path, child_dict, child_list, dicts, dotted, get_path
+from gpuguard.workloads.serving import SERVING_SHAPES, main_container, unread_claims
 
 __all__ = ["NEVER_PREEMPTING_KINDS", "PRIVILEGED_CLASSES", "UNPRIVILEGED_CLASS", "WORKLOAD_CLASSES",
            "WORKLOAD_CLASS_LABEL", "effective_class", "Container", "PodTemplate", "WorkloadView", "build_view",
@@ -165,7 +166,8 @@ class PodTemplate:
 
     @cached_property
     def _pod_level(self) -> dict[str, dict[str, Any]]:
-        res = self.spec.get("resources")
+        # An inline template's ``resources`` are its one container's (a NIMService), not the pod's.
+        res = self.spec.get("resources") if self.ref.shape != "inline" else None
         out = {}
         for section in ("requests", "limits"):
             part = res.get(section) if isinstance(res, dict) else None
@@ -266,7 +268,8 @@ class WorkloadView:
     kind: KindSpec
     workload_class: str
     templates: list[PodTemplate]
-    # The class the kind (and the admin's byKind) gives, before any declaration by the user.
+    # The class its work asks for (``gpuguard.workloads.classify``; the kind, or the admin's byKind, the last
+    # hint), before any declaration by the user.
     kind_class: str = ""
     accelerators: Accelerators | None = None  # the config's profiles (for policies that look at all of them)
     # Inherited pod fields the view copied into templates: (template, field, the inherited value, the
@@ -274,6 +277,9 @@ class WorkloadView:
     inherited: list[tuple[PodTemplate, str, Any, Any]] = field(default_factory=list)
     inventory: Inventory = EMPTY_INVENTORY  # the cluster's node groups and pools (empty: profiles only)
     namespace: str | None = None  # where the object is stored (the request's namespace in the webhook)
+    # Pod specs the view created where the kind allows them to be absent (a Dynamo service without
+    # ``extraPodSpec``), as (parent, key): removed again by ``settle`` when no policy wrote into them.
+    created: list[tuple[dict, str]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -316,6 +322,10 @@ class WorkloadView:
             else:
                 template.spec[key] = before
         self.inherited.clear()
+        for parent, key in self.created:
+            if parent.get(key) == {}:
+                del parent[key]
+        self.created.clear()
 
     @property
     def is_gpu(self) -> bool:
@@ -385,8 +395,15 @@ def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_c
     templates: list[PodTemplate] = []
     inherited: list[tuple[PodTemplate, str, Any, Any]] = []
     namespace = namespace or _object_namespace(obj)
+    created: list[tuple[dict, str]] = []
     for ref in kind.locate(obj):
         spec = get_path(obj, ref.spec_path)
+        if spec is None and ref.shape == "dynamo":  # a service without extraPodSpec still has its GPUs
+            parent, key = get_path(obj, ref.spec_path[:-1]), ref.spec_path[-1]
+            if isinstance(parent, dict) and isinstance(key, str):
+                spec = child_dict(parent, key)
+                if spec is not None:
+                    created.append((parent, key))
         if not isinstance(spec, dict):
             continue
         containers = _containers(obj, ref, spec, accelerators)
@@ -399,14 +416,20 @@ def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_c
                 inherited.append((template, key, value, current))
         if spec.get("resourceClaims"):
             attach_claims(template, namespace, accelerators, claims)
+        if ref.shape in SERVING_SHAPES:
+            unread = unread_claims(ref.shape, spec, ref.spec_path)
+            template.unresolved_claims.extend(unread)
+            template.unjudged_claims.extend(unread)
         templates.append(template)
     return WorkloadView(obj, kind, workload_class, templates, kind_class or workload_class, accelerators, inherited,
-                        namespace=namespace)
+                        namespace=namespace, created=created)
 
 
 def _containers(obj: dict, ref: TemplateRef, spec: dict, accelerators: Accelerators) -> list[Container]:
     containers: list[Container] = []
-    if ref.shape == "spark":  # the driver/executor spec is the main container (gpuguard.workloads.containers)
+    if ref.shape in SERVING_SHAPES:  # a serving operator's own shape (gpuguard.workloads.serving)
+        containers.append(main_container(obj, ref.spec_path, ref.shape, spec, accelerators))
+    elif ref.shape == "spark":  # the driver/executor spec is the main container (gpuguard.workloads.containers)
         app = get_path(obj, ref.spec_path[:-1])
         containers.append(SparkContainer(ref.role, spec, ref.spec_path, app if isinstance(app, dict) else {},
                                          accelerators))

@@ -141,6 +141,26 @@ def make(kind: str, spec: dict, replicas: int = 1, name: str = "w", namespace: s
                                      "metadata": meta, "spec": argo_workflow(spec, replicas)},
         "CronWorkflow": lambda: {"apiVersion": "argoproj.io/v1alpha1", "kind": "CronWorkflow", "metadata": meta,
                                  "spec": {"schedule": "0 2 * * *", "workflowSpec": argo_workflow(spec, replicas)}},
+        "DynamoGraphDeployment": lambda: {"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment",
+                                          "metadata": meta, "spec": {"backendFramework": "vllm", "services": {
+                                              "VllmWorker": dynamo_component(spec, replicas)}}},
+        "DynamoComponentDeployment": lambda: {"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoComponentDeployment",
+                                              "metadata": meta, "spec": {"serviceName": "VllmWorker",
+                                                                         **dynamo_component(spec, replicas)}},
+        "NIMService": lambda: {"apiVersion": "apps.nvidia.com/v1alpha1", "kind": "NIMService", "metadata": meta,
+                               "spec": nim_service(spec, replicas)},
+        "StormService": lambda: {"apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+                                 "metadata": meta, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "x"}},
+                                                            "template": {"metadata": {"labels": {"app": "x"}},
+                                                                         "spec": {"roles": [{"name": "worker",
+                                                                                             "replicas": replicas,
+                                                                                             "template": t}]}}}},
+        "RoleSet": lambda: {"apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet", "metadata": meta,
+                            "spec": {"roles": [{"name": "worker", "replicas": replicas, "template": t}]}},
+        "PodSet": lambda: {"apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "PodSet", "metadata": meta,
+                           "spec": {"podGroupSize": replicas, "template": t}},
+        "VLLMRuntime": lambda: {"apiVersion": "production-stack.vllm.ai/v1alpha1", "kind": "VLLMRuntime",
+                                "metadata": meta, "spec": vllm_runtime(spec, replicas)},
     }
     return builders[kind]()
 
@@ -182,6 +202,60 @@ def argo_workflow(spec: dict, replicas: int = 1) -> dict:
     return {"entrypoint": "main",
             "templates": [{"name": "main", "steps": [[{"name": "run", "template": "work",
                                                        "withItems": list(range(replicas))}]]}, work]}
+
+
+def shorthand(resources: Any) -> dict:
+    """A container's resource list in the Dynamo / production-stack shorthand: ``cpu``, ``memory`` and one
+    accelerator as a ``gpu`` count with its ``gpuType``."""
+    item: dict = {}
+    for name, amount in (resources or {}).items():
+        if name in ("cpu", "memory"):
+            item[name] = str(amount)
+        elif "/" in name:
+            item.update(gpu=str(amount), gpuType=name)
+    return item
+
+
+def dynamo_component(spec: dict, replicas: int = 1) -> dict:
+    """A Dynamo component running ``spec``'s first container as its ``mainContainer``, the container's
+    resources in the service's shorthand and the other pod fields in ``extraPodSpec``."""
+    pod = copy.deepcopy(spec)
+    containers = pod.pop("containers", None) or [{}]
+    main = containers[0]
+    resources = main.pop("resources", None) or {}
+    if containers[1:]:
+        pod["containers"] = containers[1:]
+    pod.pop("restartPolicy", None)
+    return {"componentType": "worker", "replicas": replicas,
+            "resources": {section: shorthand(resources.get(section)) for section in ("requests", "limits")
+                          if resources.get(section)},
+            "extraPodSpec": {**pod, "mainContainer": main}}
+
+
+def nim_service(spec: dict, replicas: int = 1) -> dict:
+    """A NIMService running ``spec``'s first container: its image as ``repository``/``tag``, its resources,
+    env and mounts inline, beside the pod's fields."""
+    pod = copy.deepcopy(spec)
+    main = (pod.pop("containers", None) or [{}])[0]
+    repository, _, tag = str(main.get("image", "nvcr.io/nim/meta/llama3-8b-instruct:1.0.3")).rpartition(":")
+    out: dict = {"image": {"repository": repository, "tag": tag}, "authSecret": "ngc-api-secret",
+                 "replicas": replicas, "expose": {"service": {"type": "ClusterIP", "port": 8000}}}
+    out.update({k: main[k] for k in ("resources", "env", "envFrom", "volumeMounts", "command", "args") if k in main})
+    out.update({k: pod[k] for k in ("volumes", *_POD_FIELDS) if k in pod})
+    return out
+
+
+def vllm_runtime(spec: dict, replicas: int = 1) -> dict:
+    """A VLLMRuntime serving with ``spec``'s first container's image and resources (as the shorthand)."""
+    main = (spec.get("containers") or [{}])[0]
+    limits = {**((main.get("resources") or {}).get("requests") or {}),
+              **((main.get("resources") or {}).get("limits") or {})}
+    registry, _, name = str(main.get("image", "vllm/vllm-openai:latest")).rpartition("/")
+    return {"model": {"modelURL": "meta-llama/Llama-3.1-8B-Instruct"},
+            "vllmConfig": {"tensorParallelSize": 1, "port": 8000,
+                           **({"env": copy.deepcopy(main["env"])} if "env" in main else {})},
+            "deploymentConfig": {"replicas": replicas, "resources": shorthand(limits),
+                                 "image": {"registry": registry, "name": name}}}
 
 
 def has_builder(name: str) -> bool:

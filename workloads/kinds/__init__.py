@@ -8,7 +8,8 @@ group/resource to intercept, and where CEL finds the pod specs), the trusted con
 (which operator creates what from the kind) and the audit ``--cluster`` lister (what to
 list).  Policies never compare kind names: they ask the ``KindSpec`` through the workload
 view.  The entries live with their operator family (``core``, ``kubeflow``, ``trainer``,
-``jobset``, ``volcano``, ``lws``, ``ray``, ``kserve``, ``appwrapper``, ``spark``, ``argo``);
+``jobset``, ``volcano``, ``lws``, ``ray``, ``kserve``, ``appwrapper``, ``spark``, ``argo``, and the serving
+operators ``dynamo``, ``nim``, ``aibrix``, ``vllm``);
 this module assembles them.  Adding a kind: ``docs/contributing.md``.
 
 Dispatch is on API group + kind, never on the version: operators move their CRDs between
@@ -23,7 +24,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuguard.workloads.kinds import argo, core, jobset, kserve, kubeflow, lws, ray, spark, trainer, volcano
+from gpuguard.workloads.kinds import (
+    aibrix,
+    argo,
+    core,
+    dynamo,
+    jobset,
+    kserve,
+    kubeflow,
+    lws,
+    nim,
+    ray,
+    spark,
+    trainer,
+    vllm,
+    volcano,
+)
 from gpuguard.workloads.kinds.appwrapper import appwrapper
 from gpuguard.workloads.kinds.spec import (
     POD_CONTAINER_LISTS,
@@ -87,6 +103,8 @@ KINDS: tuple[KindSpec, ...] = (
     ray.RAYSERVICE, ray.RAYCRONJOB,
     spark.SPARKAPPLICATION, spark.SCHEDULEDSPARKAPPLICATION,
     argo.WORKFLOW, argo.WORKFLOWTEMPLATE, argo.CRONWORKFLOW,
+    dynamo.DYNAMOGRAPHDEPLOYMENT, dynamo.DYNAMOCOMPONENTDEPLOYMENT, nim.NIMSERVICE,
+    aibrix.STORMSERVICE, aibrix.ROLESET, aibrix.PODSET, vllm.VLLMRUNTIME,
 )
 
 _BY_GROUP_KIND: dict[tuple[str, str], KindSpec] = {k.api_group_kind: k for k in KINDS}

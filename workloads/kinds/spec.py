@@ -50,8 +50,12 @@ class TemplateRef:
     volume_paths: tuple[Path, ...] = ()
     # How the PodSpec holds the main container: ``pod`` (in its container lists), or ``spark`` (the
     # driver/executor spec *is* the main container: ``cores``, ``memory``, ``gpu``, ``env`` …, and the
-    # operator writes the container's ``resources`` itself; see ``gpuguard.workloads.spark``).
-    shape: Literal["pod", "spark"] = "pod"
+    # operator writes the container's ``resources`` itself; see ``gpuguard.workloads.spark``); the serving
+    # operators' shapes (``gpuguard.workloads.serving``): ``dynamo`` (a Dynamo service's ``extraPodSpec`` with
+    # its ``mainContainer``, resources in the service's shorthand), ``vllm`` (a production-stack
+    # ``deploymentConfig``, resources in its shorthand) and ``inline`` (the spec is the pod and its one
+    # container: a NIMService).
+    shape: Literal["pod", "spark", "dynamo", "vllm", "inline"] = "pod"
     # Pod fields the template takes from the object when it does not set them itself, as (field, path
     # from the object root), first match wins: Argo templates inherit ``tolerations``, ``nodeSelector``,
     # ``affinity``, ``schedulerName`` and the priority class from ``templateDefaults`` and the workflow

@@ -130,10 +130,12 @@ def test_pod_spec_paths_agree_with_locate(spec):
 
 def test_kinds_cel_cannot_follow_say_so_by_leaving_pod_spec_paths_empty():
     """Containers under framework keys, pod-set paths in data, templates in another object, GPUs in Spark
-    fields, Argo container templates: these kinds are always sent to the webhook."""
+    fields, Argo container templates, the serving operators' GPU shorthands and inline containers: these kinds are
+    always sent to the webhook."""
     assert {BUILDER_NAMES[k.api_group_kind] for k in kinds.KINDS if not k.pod_spec_paths} == {
         "InferenceService", "AppWrapper", "TrainJob", "SparkApplication", "ScheduledSparkApplication", "Workflow",
-        "WorkflowTemplate", "CronWorkflow"}
+        "WorkflowTemplate", "CronWorkflow", "DynamoGraphDeployment", "DynamoComponentDeployment", "NIMService",
+        "VLLMRuntime"}
 
 
 def test_controller_edges_name_kinds_of_the_table():
