@@ -2,11 +2,12 @@
 
 ``python bench/smoke.py`` (``scripts/test.sh`` runs it).  It fails when a driver breaks or a
 body is denied (``bench/bodies.py`` checks each against the engine; ``bench/hostile.py`` checks
-each input's answer), never on speed: the figures are printed, not judged.  Results go to a
-temporary directory (``GPUGUARD_BENCH_RESULTS``), so the recorded runs in ``bench/results`` stay
-as they are; ``bench/report.py --check`` then checks that every README table has a recorded run
-with its commit to be regenerated from.  The drivers that need tools from ``bench/setup.sh``
-(``wrk``, ``valgrind``, the e2e control plane) or the ``bench-cel`` extras run in full only.
+each input's answer; ``bench/audit_scale.py`` parses each audit report format), never on speed:
+the figures are printed, not judged.  Results go to a temporary directory
+(``GPUGUARD_BENCH_RESULTS``), so the recorded runs in ``bench/results`` stay as they are;
+``bench/report.py --check`` then checks that every README table has a recorded run with its
+commit to be regenerated from.  The drivers that need tools from ``bench/setup.sh`` (``wrk``,
+``valgrind``, the e2e control plane) or the ``bench-cel`` extras run in full only.
 """
 
 from __future__ import annotations

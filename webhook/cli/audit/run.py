@@ -1,9 +1,10 @@
-"""The audit itself: every object through the engine, then the counts and the exit code.
+"""The audit itself: every object through the engine, one at a time, and the counts and exit code.
 
 Files and live clusters differ only in where objects come from and which ``RequestContext``
 each gets; both end here as ``(Document, RequestContext)`` pairs so the decision, the
-summary and the exit code are computed one way.  Formats render an ``AuditReport`` and
-never re-derive anything from decisions themselves.
+summary and the exit code are computed one way.  Each ``AuditItem`` is counted in the
+``AuditReport`` (``Tally``) and handed to the format, then dropped: memory does not grow with
+the number of objects.  Formats never re-derive counts from decisions themselves.
 """
 
 from __future__ import annotations
