@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from decimal import Decimal
+from functools import lru_cache
 
 import orjson
 from pydantic import Field, field_validator
@@ -72,16 +73,26 @@ class Settings(PolicySettings):
                                "get (daemons and other pods' headroom).")
 
 
+# Pure functions of a few recurring values (the same sizes on every review of one shape): memoised,
+# typed so that 1 and 1.0 (which give Decimals of different exponents) are kept apart.
+@lru_cache(maxsize=1024, typed=True)
 def _scaled(text: str, factor: int | float | Decimal) -> Decimal:
     value = quantity.parse(text)
-    return (value or Decimal(0)) * Decimal(str(factor))
+    return (value or Decimal(0)) * _decimal(factor)
 
 
+@lru_cache(maxsize=256, typed=True)
+def _decimal(factor: int | float | Decimal) -> Decimal:
+    return Decimal(str(factor))
+
+
+@lru_cache(maxsize=1024)
 def _cpu(value: Decimal) -> str:
     """Whole millicores, rounded up (a slice's share is rarely a round number)."""
     return quantity.format_cpu(Decimal(math.ceil(value * 1000)) / 1000)
 
 
+@lru_cache(maxsize=1024)
 def _bytes(value: Decimal) -> str:
     """Whole MiB, rounded up, unless the value is already whole bytes of a round size."""
     mib = 2**20
@@ -107,7 +118,7 @@ def _fill(container: Container, name: str, request: Decimal, limit_factor: float
         # The limit follows the request as written (rounded), so a second pass computes the same one.
         user_request = quantity.parse(text) if limit_factor is not None else request
     if limit_factor is not None and user_limit is None and user_request is not None:
-        changed |= container.set_resource("limits", name, fmt(user_request * Decimal(str(limit_factor))))
+        changed |= container.set_resource("limits", name, fmt(user_request * _decimal(limit_factor)))
     return changed
 
 

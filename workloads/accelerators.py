@@ -210,6 +210,7 @@ def _add(a: Decimal | None, b: Decimal | None) -> Decimal | None:
 
 
 NO_SIZE = Size(None, None, None)
+_MEMO_COUNTS = 64  # device counts per container whose perDevice size a profile keeps
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,6 +245,11 @@ class Profile:
     def sizing_mode(self) -> str:
         return self.spec.sizing.mode
 
+    @cached_property
+    def _per_device_by_count(self) -> dict[int, Size]:
+        """perDevice sizes by device count, kept for the usual counts (every review of a shape asks again)."""
+        return {}
+
     def fraction(self, resource: str, container_resources: Mapping[str, Any] | None = None) -> Decimal:
         """The share of a whole device one unit of ``resource`` is (1 for whole devices)."""
         sizing = self.spec.sizing
@@ -268,7 +274,13 @@ class Profile:
         if mode == "none" or count <= 0:
             return NO_SIZE
         if mode == "perDevice":
-            return self.per_device.scaled(count)
+            if count > _MEMO_COUNTS:
+                return self.per_device.scaled(count)
+            by_count = self._per_device_by_count
+            size = by_count.get(count)
+            if size is None:
+                size = by_count[count] = self.per_device.scaled(count)
+            return size
         return self.per_device.scaled(self.fraction(resource, container_resources) * count)
 
 

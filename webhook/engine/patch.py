@@ -12,25 +12,31 @@ from __future__ import annotations
 
 from typing import Any
 
+_MISSING: Any = object()
+
 
 def _escape(token: str | int) -> str:
     if isinstance(token, int):
         return str(token)
-    return token.replace("~", "~0").replace("/", "~1")
+    if "~" in token or "/" in token:
+        return token.replace("~", "~0").replace("/", "~1")
+    return token
 
 
 def _diff(before: Any, after: Any, pointer: str, ops: list[dict[str, Any]]) -> None:
     if isinstance(before, dict) and isinstance(after, dict):
+        removed = False
         for key, old in before.items():
-            if key not in after:
+            new = after.get(key, _MISSING)
+            if new is _MISSING:
+                removed = True
                 ops.append({"op": "remove", "path": f"{pointer}/{_escape(key)}"})
-            else:
-                new = after[key]
-                if new is not old and new != old:
-                    _diff(old, new, f"{pointer}/{_escape(key)}", ops)
-        for key, new in after.items():
-            if key not in before:
-                ops.append({"op": "add", "path": f"{pointer}/{_escape(key)}", "value": new})
+            elif new is not old and new != old:
+                _diff(old, new, f"{pointer}/{_escape(key)}", ops)
+        if removed or len(after) > len(before):  # else every key of after is one of before's
+            for key, new in after.items():
+                if key not in before:
+                    ops.append({"op": "add", "path": f"{pointer}/{_escape(key)}", "value": new})
         return
     if isinstance(before, list) and isinstance(after, list) and len(after) >= len(before):
         for i, old in enumerate(before):
