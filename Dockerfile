@@ -1,30 +1,66 @@
-# gpuguard admission webhook / audit CLI.
-#   docker build -t ghcr.io/gpuguard/gpuguard:0.1.0 .
-FROM python:3.11-slim
+# gpuguard admission webhook / audit CLI, one image for linux/amd64 and linux/arm64:
+#   docker buildx build --platform linux/amd64,linux/arm64 \
+#     --build-arg PYTHON_IMAGE=python:3.11-slim@sha256:<index digest> \
+#     --build-arg GIT_COMMIT="$(git rev-parse HEAD)" -t ghcr.io/gpuguard/gpuguard:0.1.0 .
+#
+# Base image: build from a digest, never from the moving tag. Pass the digest of the multi-arch
+# *index* (one digest that covers both architectures), which is the "Digest:" line at the top of
+#   docker buildx imagetools inspect python:3.11-slim
+# (not a per-platform "Manifests:" entry). The release workflow (.github/workflows/release.yml)
+# resolves and passes it on every build, and records it in the image's provenance; the default
+# below is the tag only so that a local `docker build .` works. No digest is written here because
+# none could be checked from where this file was written (no registry access but package indexes).
+#
+# Every dependency installs from a wheel on both architectures (no compiler in the image):
+# tests/unit/project/test_platforms.py resolves the set for both in the test suite.
+#
+# At run time: numeric non-root user, nothing written outside /tmp (bytecode is compiled at build
+# time, HOME is /tmp), so `readOnlyRootFilesystem: true` with an emptyDir on /tmp works (as in
+# deploy/); exec-form ENTRYPOINT, so no shell is needed to start it.
+ARG PYTHON_IMAGE=python:3.11-slim
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-
-# Only what the package needs: tests, docs and deploy/ stay out of the image.
-# (README.md* matches nothing rather than failing while the README is absent.)
+# Only what the package needs: .dockerignore keeps tests, docs, bench/ and deploy/ out of the context.
 WORKDIR /src
-COPY pyproject.toml README.md* ./
+COPY pyproject.toml README.md ./
 COPY webhook/ webhook/
 COPY policies/ policies/
 COPY certs/ certs/
 COPY workloads/ workloads/
 COPY kubeapi/ kubeapi/
-RUN pip install /src \
-    && rm -rf /src \
-    && groupadd --system --gid 10001 gpuguard \
-    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-       --shell /usr/sbin/nologin gpuguard
+# The commit `gpuguard --version` shows: stamped on the one line webhook/__init__.py keeps for it.
+ARG GIT_COMMIT=""
+RUN case "$GIT_COMMIT" in \
+      "") ;; \
+      *[!0-9a-f]*) echo "GIT_COMMIT must be a hexadecimal commit id, not '$GIT_COMMIT'" >&2; exit 1 ;; \
+      *) sed -i "s/^BUILD_COMMIT = None$/BUILD_COMMIT = \"$GIT_COMMIT\"/" webhook/__init__.py \
+         && grep -q "^BUILD_COMMIT = \"$GIT_COMMIT\"$" webhook/__init__.py ;; \
+    esac
+# gpuguard's own wheel first, then it and its dependencies from wheels only, into a venv that the
+# final stage copies at the same path (same base image, so the venv's interpreter links hold).
+RUN python -m venv /opt/gpuguard \
+    && /opt/gpuguard/bin/pip wheel --no-deps --wheel-dir /wheels /src \
+    && /opt/gpuguard/bin/pip install --only-binary=:all: /wheels/gpuguard-*.whl \
+    && /opt/gpuguard/bin/pip uninstall --yes pip \
+    && /opt/gpuguard/bin/python -m compileall -q /opt/gpuguard
 
-WORKDIR /
-# Numeric, so the kubelet can verify runAsNonRoot without reading /etc/passwd.
+FROM ${PYTHON_IMAGE}
+ARG GIT_COMMIT=""
+LABEL org.opencontainers.image.title="gpuguard" \
+      org.opencontainers.image.description="Kubernetes admission webhook that keeps ML workloads from burning GPU budget" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.revision="${GIT_COMMIT}"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    PATH=/opt/gpuguard/bin:$PATH
+COPY --from=build /opt/gpuguard /opt/gpuguard
+WORKDIR /tmp
+# Numeric, so the kubelet can verify runAsNonRoot without reading /etc/passwd (deploy/ runs 10001).
 USER 10001:10001
 EXPOSE 8443
-ENTRYPOINT ["gpuguard"]
+# `args: [serve, ...]` in deploy/ and the chart; `docker run IMAGE audit -` reads manifests from stdin.
+ENTRYPOINT ["/opt/gpuguard/bin/python", "-m", "gpuguard.webhook"]
 CMD ["--help"]

@@ -55,6 +55,25 @@ class _Subparsers:
         return self._subparsers.add_parser(name, **kwargs)
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the version and commit, found only when asked (the commit may ask git)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from gpuguard.webhook import commit, version
+
+        sys.stdout.write(version_line(version(), commit()) + "\n")
+        parser.exit()
+
+
+def version_line(version: str, commit: str) -> str:
+    """What ``gpuguard --version`` prints: ``gpuguard 0.1.0 (commit 6d3de86a1b2c)``."""
+    return f"gpuguard {version} (commit {commit})"
+
+
 def chosen_verb(argv: list[str]) -> str | None:
     """The verb named in ``argv``: the first word that is not a flag (the top level's flags take no value)."""
     return next((word for word in argv if not word.startswith("-")), None)
@@ -65,13 +84,11 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
     ``verb=None`` registers every verb (what tests and docs checks want: the whole command).
     """
-    from gpuguard.webhook import __version__
-
     parser = argparse.ArgumentParser(
         prog="gpuguard",
         description="Admission webhook and audit tool that keeps ML workloads from burning GPU budget.",
     )
-    parser.add_argument("--version", action="version", version=f"gpuguard {__version__}")
+    parser.add_argument("--version", action=_VersionAction, help="show the version and the commit, and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = list(dict.fromkeys(VERBS[v].module for v in VERBS)) if verb is None else (
         [VERBS[verb].module] if verb in VERBS else [])

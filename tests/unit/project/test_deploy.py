@@ -265,29 +265,6 @@ def test_dev_overlay() -> None:
     assert len(of_kind(objects, "PriorityClass")) == 3
 
 
-# ---------------------------------------------------------------- Dockerfile
-
-
-def test_dockerfile_copies_every_package_pyproject_ships() -> None:
-    import tomllib
-
-    folders = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
-    text = (ROOT / "Dockerfile").read_text()
-    for folder in folders:
-        assert f"COPY {folder}/ {folder}/" in text, f"the image would be built without {folder}/"
-
-
-def test_dockerfile_runs_gpuguard_as_non_root() -> None:
-    text = (ROOT / "Dockerfile").read_text()
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
-    assert lines[0] == "FROM python:3.11-slim"
-    user = [line for line in lines if line.startswith("USER ")]
-    assert user and user[-1].split()[1].split(":")[0] not in ("0", "root")
-    assert 'ENTRYPOINT ["gpuguard"]' in lines
-    deployment_uid = 10001
-    assert user[-1].split()[1].split(":")[0] == str(deployment_uid)
-
-
 def test_network_policy_opens_only_the_webhook_port_and_the_api() -> None:
     objects = render(BASE)
     policy = one(objects, "NetworkPolicy", "gpuguard")
