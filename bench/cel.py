@@ -16,6 +16,9 @@ compile time per rule, and microseconds per evaluation of all five (best of 7 ``
 repeats, plus the median).  Then the chosen library through gpuguard's whole engine: a GPU Job
 evaluation with and without five custom rules.  Writes ``bench/results/cel.json``; never fails
 on speed (a library that gets a rule *wrong* is reported as such).
+
+Speed is one half of the choice; the other is where a runtime installs: gpuguard's image is built
+for linux/amd64 and linux/arm64 from wheels only (``tests/unit/project/test_platforms.py``).
 """
 
 from __future__ import annotations

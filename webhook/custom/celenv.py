@@ -4,7 +4,10 @@ The runtime is ``cel-expr-python`` (Google's C++ CEL with its type checker), cho
 measurement in ``bench/cel.py`` (``bench/README.md``): it evaluates five rules on a GPU Job
 several times faster than the Rust bindings (which convert the whole object on every call) and
 the pure-Python runtime, and its checker refuses unknown variables and wrong overloads at
-load time, with the position, as the Kubernetes apiserver does.
+load time, with the position, as the Kubernetes apiserver does.  It installs from wheels on
+Linux x86-64 and ARM64 alike (``manylinux_2_28``, i.e. glibc 2.28 or newer;
+``tests/unit/project/test_platforms.py``), so one runtime serves both image platforms and no
+per-platform choice (with its risk of two runtimes deciding differently) is needed.
 
 One environment per scope, so that an object-scope rule that reads ``podSpec`` is refused at
 load instead of failing on every request.  Enabled libraries: the CEL standard library, the
