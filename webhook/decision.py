@@ -32,6 +32,14 @@ class RequestContext:
     # name) -> the object, or None when unknown.  The server serves it from its cache, the audit from
     # its input or the cluster; None here means nothing can be looked up.
     read_object: Callable[[str, str, str | None, str], dict | None] | None = None
+    # Lists the objects of a kind a workload may select (the ServingRuntimes KServe chooses from by model
+    # format): (group, kind, namespace or None) -> the objects, or None when they can't be listed.  Left
+    # out, it is the ``list_objects`` method of ``read_object`` where that has one (``gpuguard.webhook.objects``).
+    list_objects: Callable[[str, str, str | None], list[dict] | None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.list_objects is None and self.read_object is not None:
+            object.__setattr__(self, "list_objects", getattr(self.read_object, "list_objects", None))
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,18 @@
-"""Reading the objects a workload names (a TrainJob's runtime), for ``RequestContext.read_object``.
+"""Reading the objects a workload names or its operator selects (a TrainJob's runtime, an InferenceService's
+ServingRuntime), for ``RequestContext.read_object`` and ``RequestContext.list_objects``.
 
-Three sources, one shape — ``(group, kind, namespace or None, name) -> object or None``:
+Two sources, one shape — ``(group, kind, namespace or None, name) -> object or None`` to read, and a
+``list_objects(group, kind, namespace or None) -> objects or None`` method to list:
 
 * ``StaticLookup``: the audit's own input (a runtime and its TrainJobs in the same manifests);
 * ``ApiLookup``: the API server, through ``kubeapi``, each answer cached for ``TTL`` seconds
   (misses too, for less), for ``audit --cluster`` and the webhook server.  The server never
-  blocks its event loop on it: ``prefetch`` runs the read in a thread before the engine, which
-  then only reads the cache.  It needs ``get`` on the runtime kinds (``deploy/base/rbac.yaml``).
+  blocks its event loop on it: ``prefetch`` makes the reads and lists in a thread before the engine,
+  which then only reads the cache (``cached``, ``cached_list``).  It needs ``get`` on the runtime kinds
+  and ``list`` on those selected by content (``deploy/base/rbac.yaml``).
 
-Which kinds can be read, and where, comes from the kind table (``KindSpec.runtime.resources``).
+Which kinds can be read, and where, comes from the kind table (``KindSpec.runtime.resources``,
+``KindSpec.merged_runtime.resources``).
 """
 
 from __future__ import annotations
@@ -25,9 +29,13 @@ Key = tuple[str, str, str | None, str]
 
 # (group, kind) -> (version, plural) for every kind a workload may name.
 READABLE: dict[tuple[str, str], tuple[str, str]] = {
-    (spec.runtime.group, kind): (version, plural)
-    for spec in KINDS if spec.runtime is not None for kind, version, plural in spec.runtime.resources
+    **{(spec.runtime.group, kind): (version, plural)
+       for spec in KINDS if spec.runtime is not None for kind, version, plural in spec.runtime.resources},
+    **{(spec.merged_runtime.group, kind): (version, plural)
+       for spec in KINDS if spec.merged_runtime is not None for kind, version, plural in spec.merged_runtime.resources},
 }
+# Lists are cached per (group, kind, namespace or None).
+ListKey = tuple[str, str, str | None]
 
 
 def _key_of(obj: dict) -> Key | None:
@@ -55,6 +63,11 @@ class StaticLookup:
     def __call__(self, group: str, kind: str, namespace: str | None, name: str) -> dict | None:
         return self._objects.get((group, kind, namespace, name)) or self._objects.get((group, kind, None, name))
 
+    def list_objects(self, group: str, kind: str, namespace: str | None) -> list[dict]:
+        """The objects of a kind in ``namespace`` (those without a namespace too), or cluster-scoped ones."""
+        return [obj for (g, k, ns, _), obj in self._objects.items()
+                if g == group and k == kind and (ns is None or ns == namespace)]
+
     def __bool__(self) -> bool:
         return bool(self._objects)
 
@@ -71,6 +84,7 @@ class ApiLookup:
         self._kubeconfig = kubeconfig
         self._api = api
         self._cache: dict[Key, tuple[float, dict | None]] = {}
+        self._lists: dict[ListKey, tuple[float, list[dict] | None]] = {}
 
     def _client(self) -> Any:
         if self._api is None:
@@ -120,10 +134,57 @@ class ApiLookup:
         return hit[1] if hit is not None else None
 
 
-def runtime_key(obj: Any, namespace: str | None) -> Key | None:
-    """The runtime an object names, as a lookup key (for the server's prefetch), or ``None``."""
+    def list_objects(self, group: str, kind: str, namespace: str | None) -> list[dict] | None:
+        """List a kind from the API (or the cache); ``None`` when it can't be listed (errors are logged)."""
+        if (group, kind) not in READABLE:
+            return None
+        key = (group, kind, namespace)
+        hit = self._lists.get(key)
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        from gpuguard.kubeapi.client import ApiError, KubeConfigError
+
+        version, plural = READABLE[(group, kind)]
+        items: list[dict] | None = None
+        try:
+            api = self._client()
+            if namespace:
+                listed = api.list_namespaced_custom_object(group, version, namespace, plural,
+                                                           _request_timeout=self.TIMEOUT)
+            else:
+                listed = api.list_cluster_custom_object(group, version, plural, _request_timeout=self.TIMEOUT)
+            raw = listed.get("items") if isinstance(listed, dict) else None
+            items = [i for i in raw if isinstance(i, dict)] if isinstance(raw, list) else None
+        except ApiError as exc:
+            log.warning("listing %s in %s failed: HTTP %s", kind, namespace or "the cluster", exc.status)
+        except KubeConfigError as exc:
+            log.warning("listing %s impossible: %s", kind, exc)
+        except Exception as exc:  # network errors, timeouts: unlisted, retried after MISS_TTL
+            log.warning("listing %s in %s failed: %s", kind, namespace or "the cluster", type(exc).__name__)
+        if len(self._lists) >= self.MAX_ENTRIES:
+            self._lists.clear()
+        self._lists[key] = (time.monotonic() + (self.TTL if items is not None else self.MISS_TTL), items)
+        return items
+
+    def cached_list(self, group: str, kind: str, namespace: str | None) -> list[dict] | None:
+        """Only what is cached (the server's engine call, after ``prefetch``)."""
+        hit = self._lists.get((group, kind, namespace))
+        return hit[1] if hit is not None else None
+
+    def prefetch(self, obj: Any, namespace: str | None) -> None:
+        """Make the reads and lists the engine will make for ``obj`` (blocking: the server runs it in a thread)."""
+        spec = lookup(obj.get("apiVersion"), obj.get("kind")) if isinstance(obj, dict) else None
+        if spec is None:
+            return
+        if spec.runtime is not None:
+            key = runtime_of(obj, spec.runtime, namespace)
+            if key is not None and (key[0], key[1]) in READABLE:
+                self.fetch(key)
+        if spec.merged_runtime is not None:
+            spec.merged_runtime.resolve(obj, namespace, self, self.list_objects)
+
+
+def reads_objects(obj: Any) -> bool:
+    """Whether judging ``obj`` reads other objects (a runtime), so the server prefetches them."""
     spec = lookup(obj.get("apiVersion"), obj.get("kind")) if isinstance(obj, dict) else None
-    if spec is None or spec.runtime is None:
-        return None
-    key = runtime_of(obj, spec.runtime, namespace)
-    return key if key is not None and (key[0], key[1]) in READABLE else None
+    return spec is not None and (spec.runtime is not None or spec.merged_runtime is not None)

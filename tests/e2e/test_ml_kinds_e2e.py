@@ -51,7 +51,13 @@ def env(control_plane, tmp_path_factory):
     cp = control_plane
     cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "priorityclasses.yaml"))
     cp.install_crds("jobset", "trainjob", "clustertrainingruntime", "trainingruntime", "inferenceservice",
-                    "rayservice", "sparkapplication", "workflow")
+                    "servingruntime", "clusterservingruntime", "rayservice", "sparkapplication", "workflow")
+    # KServe's shipped runtime for the huggingface format (its pods take the predictor's resources).
+    cp.kubectl("apply", "-f", "-", input=dump({
+        "apiVersion": "serving.kserve.io/v1alpha1", "kind": "ClusterServingRuntime",
+        "metadata": {"name": "kserve-huggingfaceserver"},
+        "spec": {"supportedModelFormats": [{"name": "huggingface", "version": "1", "autoSelect": True}],
+                 "containers": [{"name": "kserve-container", "image": "kserve/huggingfaceserver:v0.15.2"}]}}))
     server = GpuguardServer(tmp_path_factory.mktemp("gpuguard"), default_config_with("ml-exempt"),
                             kubeconfig=cp.kubeconfig)
     server.start()

@@ -40,6 +40,7 @@ from gpuguard.workloads import kinds, knative
 from gpuguard.workloads.claims import ClaimSource
 from gpuguard.workloads.controllers import ControllerOrigin
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
+from gpuguard.workloads.kinds.spec import Resolved
 from gpuguard.workloads.paths import dotted
 from gpuguard.workloads.view import (
     WORKLOAD_CLASS_LABEL,
@@ -81,6 +82,11 @@ def _not_in_shape(kind: str, policies: list[str]) -> Violation:
                      "(no rollout)",
                      f"run `gpuguard fix` on its manifest or change its spec to apply {', '.join(policies)}",
                      subject="spec")
+
+
+def _unreadable(group: str, kind: str, namespace: str | None, name: str) -> None:
+    """The reader where nothing can be looked up."""
+    return None
 
 
 def _meta(obj: dict) -> dict:
@@ -208,6 +214,11 @@ class Engine:
             if not origin.mutate and (self.config.trust_controller_pods or not ctx.validate):
                 decision.skipped = origin.reason
                 return decision
+        if origin is None and kind.merged_runtime is not None and ctx.validate:
+            resolved = kind.merged_runtime.resolve(obj, decision.namespace, ctx.read_object or _unreadable,
+                                                   ctx.list_objects)
+            if resolved is not None:
+                return self._evaluate_with_runtime(decision, kind, obj, ctx, plain_json, resolved)
         # What a controller made is never mutated (it must equal its parent's template) unless its
         # edge says the controller compares nothing gpuguard adds.  Nor is what a controller updates
         # (the Deployment controller's revision annotation on a Deployment): a config change must
@@ -252,6 +263,36 @@ class Engine:
         assert key is not None
         prefix = f"runtime {key[1]} {key[3]}: "
         decision.violations = [replace(v, path=prefix + v.path) for v in inner.violations]
+        decision.workload_class, decision.gpus = inner.workload_class, inner.gpus
+        decision.gpus_by_resource = inner.gpus_by_resource
+        if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
+            decision.violations = self._new_in_update(decision.violations, ctx, decision.gpus)
+        decision.allowed = not decision.denials
+        return decision
+
+    def _evaluate_with_runtime(self, decision: Decision, kind: kinds.KindSpec, obj: dict, ctx: RequestContext,
+                               plain_json: bool, resolved: Resolved) -> Decision:
+        """A kind whose operator merges a runtime into its pods (a KServe InferenceService and the ServingRuntime
+        KServe chooses): mutated by its own fields as any object, validated as the pods the operator makes.
+
+        Validation runs every policy on ``merge(mutated object, runtime)`` (the runtime's container with the
+        object's fields over it) and reports the findings prefixed with the runtime's kind and name; what it
+        counts (GPUs, replicas) is the merged pods'.  A runtime that can't be resolved can't be judged.
+        """
+        assert kind.merged_runtime is not None
+        if resolved.runtime is None:
+            return self._fail(decision, f"its serving runtime could not be resolved ({resolved.problem}), so its "
+                              "pods could not be checked; create the runtime first, or name an existing one", ctx)
+        self._decide(decision, obj, replace(ctx, validate=False), plain_json)
+        if decision.error or decision.skipped:
+            return decision
+        merged = kind.merged_runtime.merge(decision.mutated, resolved.runtime)
+        inner = self.evaluate(merged, replace(ctx, operation="CREATE", old_object=None, mutate=False, validate=True))
+        if inner.error or inner.skipped:
+            decision.error, decision.skipped, decision.allowed = inner.error, inner.skipped, inner.allowed
+            return decision
+        prefix = f"with {resolved.kind} {resolved.name}: "
+        decision.violations.extend(replace(v, path=prefix + v.path) for v in inner.violations)
         decision.workload_class, decision.gpus = inner.workload_class, inner.gpus
         decision.gpus_by_resource = inner.gpus_by_resource
         if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
@@ -429,7 +470,8 @@ class Engine:
         """
         old_ctx = RequestContext(operation="CREATE", namespace=ctx.namespace,
                                  namespace_labels=ctx.namespace_labels, username=ctx.username, groups=ctx.groups,
-                                 mutate=False, validate=True)
+                                 mutate=False, validate=True, read_object=ctx.read_object,
+                                 list_objects=ctx.list_objects)
         old = self.evaluate(ctx.old_object, old_ctx)
         seen = {(v.policy, v.subject) for v in old.violations}
         grew = total > old.gpus

@@ -24,7 +24,7 @@ from starlette.requests import ClientDisconnect
 
 from gpuguard.webhook.config.schema import DEFAULT_REVIEW_DEADLINE_SECONDS
 from gpuguard.webhook.decision import Decision, RequestContext
-from gpuguard.webhook.objects import ApiLookup, runtime_key
+from gpuguard.webhook.objects import ApiLookup, reads_objects
 from gpuguard.webhook.server import envelope, logs, metrics, scale
 from gpuguard.webhook.server.envelope import AdmissionRequest, ReviewError
 from gpuguard.webhook.server.state import ServerState
@@ -94,6 +94,7 @@ def context(req: AdmissionRequest, endpoint: str, labels: dict[str, str],
         mutate=endpoint == "mutate",
         validate=endpoint == "validate",
         read_object=objects.cached if objects is not None else None,
+        list_objects=objects.cached_list if objects is not None else None,
     )
 
 
@@ -135,11 +136,11 @@ async def _as_workload_update(server: ServerState, req: AdmissionRequest) -> Adm
 
 
 async def _prefetch(server: ServerState, req: AdmissionRequest) -> None:
-    """A TrainJob is judged with its runtime: read it (cached) before the engine, off the event loop."""
+    """A TrainJob is judged with its runtime, an InferenceService with its ServingRuntime: read them (cached)
+    before the engine, off the event loop."""
     for obj in (req.object, req.old_object):
-        key = runtime_key(obj, req.namespace)
-        if key is not None:
-            await asyncio.to_thread(server.objects.fetch, key)
+        if reads_objects(obj):
+            await asyncio.to_thread(server.objects.prefetch, obj, req.namespace)
 
 
 def answer(server: ServerState, endpoint: str, req: AdmissionRequest,

@@ -142,6 +142,44 @@ class TemplateSource:
     resources: tuple[tuple[str, str, str], ...] = ()
 
 
+# Reads one object: (group, kind, namespace or None, name) -> the object, or None when unknown.
+ReadObject = Callable[[str, str, str | None, str], dict | None]
+# Lists the objects of a kind: (group, kind, namespace or None for cluster-scoped) -> the objects, or None
+# when they can't be listed.
+ListObjects = Callable[[str, str, str | None], list[dict] | None]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The runtime an object takes part of its pods from: ``runtime`` (its ``kind`` and ``name``), or
+    ``None`` with ``problem`` saying why none could be chosen."""
+
+    runtime: dict | None
+    kind: str = ""
+    name: str = ""
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class MergedRuntime:
+    """A kind that holds pod templates of its own but whose operator completes them from a runtime, named
+    or selected by the operator (a KServe InferenceService in model form and the ServingRuntime or
+    ClusterServingRuntime that KServe merges in: the runtime's container, with the object's own container
+    fields over it).  Unlike ``TemplateSource`` the object is mutated as any other; validation judges
+    ``merge(object, runtime)``, the pods the operator will really make.
+
+    ``resolve(object, namespace, read, list)`` chooses the runtime as the operator does, or returns
+    ``None`` when the object takes nothing from one (its own containers are the whole pod).  ``list``
+    is ``None`` where nothing can be listed.
+    """
+
+    group: str
+    resolve: Callable[[dict, str | None, ReadObject, ListObjects | None], Resolved | None] = field(repr=False)
+    merge: Expand = field(repr=False)
+    # (kind, version, plural) of each runtime kind, for reading and listing it from the API.
+    resources: tuple[tuple[str, str, str], ...] = ()
+
+
 def runtime_of(obj: dict, source: TemplateSource, namespace: str | None) -> tuple[str, str, str | None, str] | None:
     """(group, kind, namespace or None, name) of the object ``obj`` takes its templates from, or ``None``
     when it names none."""
@@ -200,6 +238,7 @@ class KindSpec:
     # one: scaling is validated like an UPDATE of that field (GPU totals hold).
     scale_replicas: Path | None = None
     runtime: TemplateSource | None = None  # the object holding the pod templates, when not this one
+    merged_runtime: MergedRuntime | None = None  # a runtime the operator merges into this kind's pods
     # Kinds whose templates do not all run at once (an Argo workflow's steps and DAG tasks):
     # ``peak(object, weight)`` is the number of pods of each template (by role) running together at
     # the heaviest moment, ``weight(role)`` being what one pod of it counts (its GPUs).  ``None``: all

@@ -184,6 +184,16 @@ class _ObjectsApi:
     def get_cluster_custom_object(self, group: str, version: str, plural: str, name: str, **_: Any) -> dict:
         return self._found(group, plural, None, name)
 
+    def list_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, **_: Any) -> dict:
+        return {"items": self._listed(group, plural, namespace)}
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str, **_: Any) -> dict:
+        return {"items": self._listed(group, plural, None)}
+
+    def _listed(self, group: str, plural: str, namespace: str | None) -> list[dict]:
+        return [obj for (g, kind), (_, p) in READABLE.items() if g == group and p == plural
+                for obj in self._objects.list_objects(g, kind, namespace)]
+
     def _found(self, group: str, plural: str, namespace: str | None, name: str) -> dict:
         for (g, kind), (_, p) in READABLE.items():
             if g == group and p == plural and (obj := self._objects(g, kind, namespace, name)) is not None:

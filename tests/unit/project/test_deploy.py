@@ -188,6 +188,9 @@ def test_rbac_is_least_privilege() -> None:
         {"apiGroups": ["karpenter.sh"], "resources": ["nodepools"], "verbs": ["list"]},  # autoscaled GPU pools
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates", "resourceclaims"],
          "verbs": ["list", "watch"]},
+        # the ServingRuntimes an InferenceService names or KServe selects by model format
+        {"apiGroups": ["serving.kserve.io"], "resources": ["servingruntimes", "clusterservingruntimes"],
+         "verbs": ["get", "list"]},
     ]
     # `get` on exactly the kinds whose scale subresource gpuguard validates (the workload behind a Scale)
     # and the runtimes a TrainJob names.
