@@ -343,7 +343,10 @@ class Engine:
             assert raw is not None
             served = self._knative_templates(view)
             for policy, settings in policy_set.mutating:
-                if settings.action == "enforce":
+                if settings.action == "enforce" and not served:  # nothing for Knative to take back
+                    if policy.run(view, settings):
+                        decision.mutated_by.append(policy.id)
+                elif settings.action == "enforce":
                     before = [copy.deepcopy(t.spec) for t in served]
                     if policy.run(view, settings):
                         taken_back = self._knative_take_back(policy.id, served, before)
