@@ -13,6 +13,8 @@ What is derived, and from what:
 * ``deploy/base/webhookconfigurations.yaml``: ``gpuguard webhook-config --service gpuguard/gpuguard``
   for the shipped config (rules and matchConditions follow the kind table), and the dev overlay's
   patch of every one of its webhooks (``deploy/overlays/dev/webhooks.yaml``);
+* ``deploy/chart/gpuguard``: the Helm chart's templates, values and files, from the same sources as
+  ``deploy/base`` (``scripts/helm_chart.py``);
 * ``tests/support/cluster/crds/<kind>.yaml``: an open-schema stand-in CRD for every custom kind, which
   the e2e tests install instead of the operator (the Trainer's runtime CRDs are written by hand);
 * ``tests/kinds/<kind>/{denied,allowed}/``: a custom-rule case pair for every kind the test builders
@@ -340,6 +342,19 @@ def bench_bodies() -> Files:
             for name, pair in module.build_all().items() for endpoint, data in pair.items()}
 
 
+# ---------------------------------------------------------------- deploy/chart
+
+
+def helm_chart() -> Files:
+    """The Helm chart's generated files, made from deploy/'s own sources by ``scripts/helm_chart.py``."""
+    spec = importlib.util.spec_from_file_location("gpuguard_helm_chart", REPO / "scripts" / "helm_chart.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    files: Files = module.chart_files(REPO, _read(DEFAULT_CONFIG), DEFAULT_CONFIG)
+    return files
+
+
 # ---------------------------------------------------------------- all of them
 
 
@@ -367,6 +382,7 @@ def derived_files() -> Files:
     files.update(kinds_matrix())
     files.update(stand_in_crds())
     files.update(bench_bodies())
+    files.update(helm_chart())
     return files
 
 

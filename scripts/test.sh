@@ -25,6 +25,7 @@ fi
 # kube-apiserver, kube-controller-manager and etcd for the e2e suite (a no-op once cached).
 if command -v go >/dev/null || [ -x /usr/local/go/bin/go ]; then
   bash tests/support/cluster/build.sh
+  bash tests/support/helm/build.sh  # helm for the chart tests (helm lint/template, install e2e; cached)
   bash tests/support/actionlint/build.sh  # actionlint (and shellcheck) for the workflow lint test (cached)
 else
   echo "test.sh: Go is missing: the e2e tests will skip (and fail under CI=true)"

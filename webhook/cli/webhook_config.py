@@ -173,9 +173,9 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
         raise WebhookConfigError(f"--scale-failure-policy must be one of {', '.join(FAILURE_POLICIES)}")
     filters = filters or filters_for(None)
     excluded = list(dict.fromkeys([*SYSTEM_NAMESPACES, namespace, *exclude_namespaces]))
-    for name in excluded:
-        if not _DNS1123_LABEL.match(name) or len(name) > 63:
-            raise WebhookConfigError(f"--exclude-namespace {name!r} is not a valid namespace name")
+    for namespace_name in excluded:  # not `name`: that is the configurations' name
+        if not _DNS1123_LABEL.match(namespace_name) or len(namespace_name) > 63:
+            raise WebhookConfigError(f"--exclude-namespace {namespace_name!r} is not a valid namespace name")
     namespace_selector = {
         "matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded},

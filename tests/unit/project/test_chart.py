@@ -1,0 +1,187 @@
+"""deploy/chart/gpuguard: `helm lint`, and `helm template` compared with the kustomize base and overlays.
+
+The chart is generated from deploy/'s own sources (scripts/helm_chart.py, checked by
+test_generated.py); these tests render it with the real Helm (built from the Go module proxy by
+tests/support/helm/build.sh) and check that the objects are the kustomize ones, value by value,
+and that every value does what values.yaml says.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.helm import CHART, helm
+from tests.support.paths import REPO
+
+DEPLOY = REPO / "deploy"
+Objects = dict[tuple[str, str], dict[str, Any]]
+
+
+def _kustomize(directory: str) -> Objects:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        if os.environ.get("CI"):
+            pytest.fail("kubectl is required in CI to render deploy/")
+        pytest.skip("kubectl not installed (set CI=1 to make this a failure)")
+    proc = subprocess.run([kubectl, "kustomize", str(DEPLOY / directory)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return _by_name(yaml.safe_load_all(proc.stdout))
+
+
+def _by_name(documents: Any) -> Objects:
+    objects: Objects = {}
+    for doc in documents:
+        if doc:
+            key = (doc["kind"], doc["metadata"]["name"])
+            assert key not in objects, f"{key} rendered twice"
+            objects[key] = doc
+    return objects
+
+
+def template(*sets: str, namespace: str = "gpuguard", extra: tuple[str, ...] = ()) -> Objects:
+    args = ["template", "gpuguard", str(CHART), "--namespace", namespace, *extra]
+    for item in sets:
+        args += ["--set", item]
+    proc = helm(*args)
+    return _by_name(yaml.safe_load_all(proc.stdout))
+
+
+def _without_namespace(objects: Objects) -> Objects:
+    """Helm owns the release namespace (`--create-namespace`); the base declares it as an object."""
+    return {key: obj for key, obj in objects.items() if key[0] != "Namespace"}
+
+
+def _assert_same(chart: Objects, kustomize: Objects) -> None:
+    assert sorted(chart) == sorted(kustomize)
+    for key, obj in kustomize.items():
+        assert chart[key] == obj, f"{key} differs between the chart and kustomize"
+
+
+def test_helm_lint_passes_with_default_and_cert_manager_values() -> None:
+    for extra in ([], ["--set", "certificates.mode=certManager", "--set", "serviceMonitor.enabled=true",
+                       "--set", "prometheusRule.enabled=true"]):
+        proc = helm("lint", "--strict", str(CHART), *extra)
+        assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout, proc.stdout
+
+
+def test_default_values_render_the_kustomize_base() -> None:
+    _assert_same(template(), _without_namespace(_kustomize("base")))
+
+
+def test_cert_manager_mode_renders_the_cert_manager_overlay() -> None:
+    _assert_same(template("certificates.mode=certManager"), _without_namespace(_kustomize("overlays/cert-manager")))
+
+
+def test_dev_values_render_the_dev_overlay() -> None:
+    chart = template("replicas=1", "pdb.enabled=false", "webhook.failurePolicy=Ignore", "webhook.timeoutSeconds=5")
+    _assert_same(chart, _without_namespace(_kustomize("overlays/dev")))
+
+
+def test_webhooks_are_the_generators_with_only_the_templated_fields_changed() -> None:
+    """URL mode, a CA, another namespace and every webhook value: exactly `gpuguard webhook-config`'s output."""
+    from gpuguard.webhook.cli.match_conditions import filters_from
+    from gpuguard.webhook.cli.webhook_config import build_webhook_configurations
+    from gpuguard.webhook.config import load_config
+
+    ca = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    chart = template("webhook.url=https://gpuguard.example:9443/", f"webhook.caBundle={base64.b64encode(ca).decode()}",
+                     "webhook.failurePolicy=Ignore", "webhook.scaleFailurePolicy=Fail", "webhook.timeoutSeconds=7",
+                     "webhook.excludedNamespaces={team-x,kube-system}", namespace="ops")
+    expected = build_webhook_configurations(
+        url="https://gpuguard.example:9443", ca_bundle=ca, failure_policy="Ignore", scale_failure_policy="Fail",
+        timeout_seconds=7, namespace="ops", exclude_namespaces=["team-x", "kube-system"],
+        filters=filters_from(load_config(str(REPO / "policies" / "default-config.yaml"))))
+    for document in expected:
+        assert chart[(document["kind"], "gpuguard")] == document
+    hooks = chart[("ValidatingWebhookConfiguration", "gpuguard")]["webhooks"]
+    assert len(hooks) > 3 and all(h["clientConfig"]["url"] == "https://gpuguard.example:9443/validate" for h in hooks)
+
+
+def test_release_namespace_reaches_every_reference() -> None:
+    chart = template("certificates.mode=certManager", namespace="ops")
+    for (kind, name), obj in chart.items():
+        if "namespace" in obj["metadata"]:
+            assert obj["metadata"]["namespace"] == "ops", (kind, name)
+    assert chart[("ClusterRoleBinding", "gpuguard")]["subjects"][0]["namespace"] == "ops"
+    for hook in chart[("MutatingWebhookConfiguration", "gpuguard")]["webhooks"]:
+        assert hook["clientConfig"]["service"]["namespace"] == "ops"
+        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "kube-node-lease", "ops"]
+    annotations = chart[("ValidatingWebhookConfiguration", "gpuguard")]["metadata"]["annotations"]
+    assert annotations == {"cert-manager.io/inject-ca-from": "ops/gpuguard-serving"}
+    assert "gpuguard.ops.svc" in chart[("Certificate", "gpuguard-serving")]["spec"]["dnsNames"]
+
+
+def _pod(objects: Objects) -> dict[str, Any]:
+    spec: dict[str, Any] = objects[("Deployment", "gpuguard")]["spec"]["template"]["spec"]
+    return spec
+
+
+def test_deployment_values() -> None:
+    chart = template("replicas=3", "image.repository=registry.corp/gpuguard", "image.tag=1.2.3",
+                     "resources.limits.memory=1Gi", "affinity=null", "nodeSelector.pool=system",
+                     "tolerations[0].key=critical", "tolerations[0].operator=Exists",
+                     "server.draClaims=false", "server.nodeInventory=false", "server.extraArgs={--log-format,json}",
+                     "priorityClassName=high")
+    assert chart[("Deployment", "gpuguard")]["spec"]["replicas"] == 3
+    pod = _pod(chart)
+    (container,) = pod["containers"]
+    assert container["image"] == "registry.corp/gpuguard:1.2.3"
+    assert container["resources"]["limits"]["memory"] == "1Gi"
+    assert container["resources"]["requests"] == _pod(template())["containers"][0]["resources"]["requests"]
+    assert "affinity" not in pod
+    assert pod["nodeSelector"] == {"pool": "system"}
+    assert pod["tolerations"] == [{"key": "critical", "operator": "Exists"}]
+    assert pod["priorityClassName"] == "high"
+    assert container["args"][-3:] == ["--namespace-labels", "--log-format", "json"]
+    assert "--dra-claims" not in container["args"] and "--node-inventory" not in container["args"]
+
+
+def test_config_value_replaces_the_shipped_config(tmp_path: Path) -> None:
+    default = template()[("ConfigMap", "gpuguard-config")]["data"]["config.yaml"]
+    assert default == (REPO / "policies" / "default-config.yaml").read_text()
+    own = ("apiVersion: gpuguard.io/v1alpha1\nkind: GpuguardConfig\n"
+           "# open: allow what can't be judged\nfailureMode: open\n")
+    (tmp_path / "config.yaml").write_text(own)
+    chart = template(extra=("--set-file", f"config={tmp_path / 'config.yaml'}"))
+    assert chart[("ConfigMap", "gpuguard-config")]["data"]["config.yaml"] == own
+
+
+def test_toggles_drop_and_add_objects() -> None:
+    off = template("pdb.enabled=false", "networkPolicy.enabled=false", "priorityClasses.create=false",
+                   "resourceQuota.create=false")
+    assert {kind for kind, _ in off}.isdisjoint({"PodDisruptionBudget", "NetworkPolicy", "PriorityClass",
+                                                 "ResourceQuota"})
+    assert template("pdb.minAvailable=2")[("PodDisruptionBudget", "gpuguard")]["spec"]["minAvailable"] == 2
+    default = template()
+    assert not {("ServiceMonitor", "gpuguard"), ("PrometheusRule", "gpuguard")} & set(default)
+    on = template("serviceMonitor.enabled=true", "prometheusRule.enabled=true", "serviceMonitor.interval=15s")
+    monitor = on[("ServiceMonitor", "gpuguard")]
+    service = default[("Service", "gpuguard")]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]]
+    assert {e["interval"] for e in monitor["spec"]["endpoints"]} == {"15s"}
+    rules = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    assert on[("PrometheusRule", "gpuguard")]["spec"] == rules
+    source = DEPLOY / "monitoring" / "rules.yaml"
+    if source.is_file():  # the monitoring pack's rule file, verbatim
+        assert rules == yaml.safe_load(source.read_text())
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("certificates.mode=selfManaged", "selfManaged is not available yet"),
+    ("certificates.mode=byHand", "certificates.mode must be secret or certManager"),
+    ("webhook.failurePolicy=Sometimes", "webhook.failurePolicy must be Fail or Ignore"),
+    ("webhook.timeoutSeconds=60", "webhook.timeoutSeconds must be 1-30"),
+])
+def test_values_the_apiserver_would_refuse_fail_to_render(value: str, message: str) -> None:
+    proc = helm("template", "gpuguard", str(CHART), "--set", value, check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
