@@ -15,6 +15,11 @@ Two such jobs can deadlock each other.  What really gangs, judged by semantics, 
 * ``schedulerName: volcano`` together with the workload annotation
   ``scheduling.volcano.sh/group-min-member`` covering the GPU pods.
 
+* ``schedulerName: kai-scheduler`` (NVIDIA KAI Scheduler) on every GPU pod template of a kind whose
+  pods KAI's pod grouper gangs by itself (PyTorchJob, MPIJob, TFJob, XGBoostJob, JAXJob, JobSet: a PodGroup
+  with ``minMember`` = all replicas), or of any kind with the workload annotation
+  ``kai.scheduler/batch-min-member`` covering the GPU pods (KAI gives a plain Job ``minMember: 1``).
+
 ``schedulerName: volcano`` alone does not gang: Volcano gives such pods an automatic PodGroup of
 one (``minMember: 1``).  Only pods that hold GPUs at the same time count: the CPU initializer
 pods of a Kubeflow Trainer JobSet, which run before the trainer, are not part of the gang.
@@ -32,6 +37,7 @@ from gpuguard.workloads.paths import dotted, get_path
 from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 MIN_MEMBER_ANNOTATION = "scheduling.volcano.sh/group-min-member"
+KAI_MIN_MEMBER_ANNOTATION = "kai.scheduler/batch-min-member"
 
 
 class Settings(PolicySettings):
@@ -44,6 +50,14 @@ class Settings(PolicySettings):
         default_factory=lambda: ["scheduling.x-k8s.io/pod-group", "scheduling.k8s.io/group-name",
                                  "scheduling.volcano.sh/group-name"],
         description="Pod template labels or annotations naming a pod group (with its own minMember).")
+    pod_grouper_schedulers: list[str] = Field(
+        default_factory=lambda: ["kai-scheduler"],
+        description="schedulerName values whose own pod grouper gangs the pods of podGrouperKinds (KAI Scheduler), "
+        "and of any kind given the annotation kai.scheduler/batch-min-member on the workload.")
+    pod_grouper_kinds: list[str] = Field(
+        default_factory=lambda: ["PyTorchJob", "MPIJob", "TFJob", "XGBoostJob", "JAXJob", "JobSet"],
+        description="Kinds (name or name.group) whose pods those schedulers gang by themselves (KAI: minMember = "
+        "all replicas); a plain Job gets minMember 1.")
     accept_kubeflow_scheduling_policy: bool = Field(
         True, description="Accept Kubeflow runPolicy.schedulingPolicy (the operator runs with a gang scheduler).")
     kinds: list[str] | None = Field(
@@ -84,6 +98,8 @@ def _why_not_ganged(view: WorkloadView, gang: Gang, settings: Settings, pods: in
     templates = view.gpu_templates
     if all(_in_pod_group(t, settings) for t in templates):
         return None
+    if all(t.spec.get("schedulerName") in settings.pod_grouper_schedulers for t in templates):
+        return _why_not_pod_grouped(view, settings, pods, templates[0].spec.get("schedulerName"))
     if all(t.spec.get("schedulerName") in settings.schedulers for t in templates):
         annotations = get_path(view.obj, ("metadata", "annotations"))
         declared = annotations.get(MIN_MEMBER_ANNOTATION) if isinstance(annotations, dict) else None
@@ -94,8 +110,24 @@ def _why_not_ganged(view: WorkloadView, gang: Gang, settings: Settings, pods: in
     return "no gang scheduler"
 
 
+def _why_not_pod_grouped(view: WorkloadView, settings: Settings, pods: int, scheduler: object) -> str | None:
+    """A scheduler that groups pods itself (KAI): its kinds are ganged, others only with a min-member annotation."""
+    if _named(view.kind, settings.pod_grouper_kinds):
+        return None
+    annotations = get_path(view.obj, ("metadata", "annotations"))
+    declared = annotations.get(KAI_MIN_MEMBER_ANNOTATION) if isinstance(annotations, dict) else None
+    if isinstance(declared, str) and declared.isdigit() and int(declared) >= pods:
+        return None
+    return (f"schedulerName {scheduler} gives a {view.kind.kind} a PodGroup of minMember 1 unless the annotation "
+            f"{KAI_MIN_MEMBER_ANNOTATION} covers its GPU pods")
+
+
+def _named(kind: KindSpec, names: list[str]) -> bool:
+    return kind.kind in names or f"{kind.kind}.{kind.group}" in names
+
+
 def _checked(kind: KindSpec, settings: Settings) -> bool:
-    return settings.kinds is None or kind.kind in settings.kinds or f"{kind.kind}.{kind.group}" in settings.kinds
+    return settings.kinds is None or _named(kind, settings.kinds)
 
 
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
@@ -112,8 +144,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     yield Finding(("spec",), f"distributed GPU job with {pods} GPU pods is not gang-scheduled ({missing}): some "
                   "pods start and hold GPUs while the rest pend, and the job never makes progress",
                   "add a Kueue queue label (kueue.x-k8s.io/queue-name), a Kubeflow runPolicy.schedulingPolicy, a "
-                  "coscheduling pod-group label (scheduling.x-k8s.io/pod-group) on its GPU pod templates, or "
-                  f"schedulerName: volcano with the annotation {MIN_MEMBER_ANNOTATION}: \"{pods}\"")
+                  "coscheduling pod-group label (scheduling.x-k8s.io/pod-group) on its GPU pod templates, "
+                  f"schedulerName: volcano with the annotation {MIN_MEMBER_ANNOTATION}: \"{pods}\", or "
+                  f"schedulerName: kai-scheduler with the annotation {KAI_MIN_MEMBER_ANNOTATION}: \"{pods}\"")
 
 
 POLICY = ValidatingPolicy(
@@ -123,8 +156,10 @@ POLICY = ValidatingPolicy(
     run=validate,
     description="Multi-pod GPU jobs (Kubeflow jobs with workers, JobSet, Job with parallelism > 1, Volcano Job) must "
     "really gang: a Kueue queue label, a Kubeflow `schedulingPolicy` or Volcano Job whose `minAvailable` covers the "
-    "GPU pods, a coscheduling/Volcano pod-group label, or `schedulerName: volcano` with a `group-min-member` "
-    "annotation (`schedulerName` alone is a PodGroup of one). Only pods holding GPUs at once count.",
+    "GPU pods, a coscheduling/Volcano pod-group label, `schedulerName: volcano` with a `group-min-member` "
+    "annotation (`schedulerName` alone is a PodGroup of one), or `schedulerName: kai-scheduler` on the kinds KAI "
+    "gangs itself (Kubeflow jobs, JobSet) or with a `batch-min-member` annotation. Only pods holding GPUs at once "
+    "count.",
     rationale="Without all-or-nothing scheduling, partial jobs hold GPUs waiting for peers that never start; "
     "two such jobs can deadlock a cluster.",
     cpu_scope=accelerator_objects_only,

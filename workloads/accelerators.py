@@ -402,3 +402,29 @@ def merge_specs(defaults: list[dict[str, Any]], overrides: list[dict[str, Any]])
         else:
             added.append(entry)
     return added + merged
+
+
+# ---------------------------------------------------------------- KAI Scheduler GPU sharing
+
+# NVIDIA KAI Scheduler shares GPUs by pod annotation, with no resource request: ``gpu-fraction`` (a share of
+# each device, e.g. "0.5", on ``gpu-fraction-num-devices`` devices, default 1) or ``gpu-memory`` (MiB of one
+# device), held by the container ``gpu-fraction-container-name`` names, else the first.  Such a pod holds
+# part of a GPU that no other workload gets whole: gpuguard counts each shared device as one unit of the
+# accelerator profile whose ``deviceClasses`` name ``KAI_SHARE`` (a name only this annotation stands for).
+KAI_SHARE = "kai.scheduler/gpu-sharing"
+KAI_FRACTION, KAI_MEMORY = "gpu-fraction", "gpu-memory"
+KAI_DEVICES, KAI_CONTAINER = "gpu-fraction-num-devices", "gpu-fraction-container-name"
+
+
+def kai_share(annotations: Any) -> tuple[int, str | None] | None:
+    """(devices shared, the container named to hold them or ``None`` for the first) of a pod's KAI
+    annotations, or ``None`` when it asks for no share.  A value KAI can't read still asks for one device:
+    the pod is meant to hold a GPU, and counting it as none would let it past every cap."""
+    if not isinstance(annotations, dict) or (KAI_FRACTION not in annotations and KAI_MEMORY not in annotations):
+        return None
+    devices = 1
+    raw = annotations.get(KAI_DEVICES)
+    if KAI_FRACTION in annotations and isinstance(raw, str) and raw.isdigit() and int(raw) > 0:
+        devices = int(raw)
+    name = annotations.get(KAI_CONTAINER)
+    return devices, name if isinstance(name, str) and name else None

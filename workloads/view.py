@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpuguard.workloads import quantity
-from gpuguard.workloads.accelerators import Accelerators, Profile
+from gpuguard.workloads.accelerators import KAI_SHARE, Accelerators, Profile, kai_share
 from gpuguard.workloads.claims import ClaimSource, attach_claims
 from gpuguard.workloads.containers import Container, SparkContainer, container_gpus
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
@@ -416,6 +416,7 @@ def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_c
                 inherited.append((template, key, value, current))
         if spec.get("resourceClaims"):
             attach_claims(template, namespace, accelerators, claims)
+        _attach_kai_share(template, accelerators)
         if ref.shape in SERVING_SHAPES:
             unread = unread_claims(ref.shape, spec, ref.spec_path)
             template.unresolved_claims.extend(unread)
@@ -450,3 +451,21 @@ def _object_namespace(obj: dict) -> str | None:
     meta = obj.get("metadata")
     ns = meta.get("namespace") if isinstance(meta, dict) else None
     return ns if isinstance(ns, str) and ns else None
+
+
+def _attach_kai_share(template: PodTemplate, accelerators: Accelerators) -> None:
+    """A KAI Scheduler GPU share (``gpu-fraction``/``gpu-memory`` annotations): its devices counted like a DRA
+    claim's, on the container KAI gives them to (``gpuguard.workloads.accelerators.kai_share``)."""
+    meta = template.metadata()
+    share = kai_share(meta.get("annotations") if isinstance(meta, dict) else None)
+    profile = accelerators.for_device_class(KAI_SHARE) if share is not None else None
+    if share is None or profile is None:
+        return
+    devices, name = share
+    holder = next((c for c in template.containers if c.body.get("name") == name) if name else
+                  (c for c in template.containers if c.list_name == "containers"), None)
+    template.claim_devices[KAI_SHARE] = template.claim_devices.get(KAI_SHARE, 0) + devices
+    template.claim_profiles[KAI_SHARE] = profile
+    if holder is not None:
+        holder.claim_devices[KAI_SHARE] = holder.claim_devices.get(KAI_SHARE, 0) + devices
+        holder.claim_profiles[KAI_SHARE] = profile
