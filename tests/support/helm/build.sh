@@ -10,6 +10,10 @@
 #
 # Idempotent: exits at once when $CACHE/helm-$HELM_VERSION/helm exists.
 #
+# Cost of a cold build (empty GOMODCACHE and GOCACHE, measured with /usr/bin/time -v on this 2-core
+# machine): 162 s user + 37 s system CPU, 0.84 GB peak RSS, 99 MB of modules downloaded (413 MB unpacked); 20 min wall
+# under a load average of 20 (niced), so about 2 min on an idle machine.  Warm: nothing is rebuilt.
+#
 # Env:
 #   HELM_VERSION         Helm release (default v3.22.0: the newest v3 the module proxy serves here;
 #                        it needs Go >= 1.26, older v3.18-v3.21 patches build with older Go)
@@ -58,7 +62,7 @@ if [[ -x "$OUT/helm" ]]; then
 fi
 tmp="$(mktemp -d "$OUT/.build-XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-log "go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION (Kubernetes 1.$k8s_minor client; cold: a few minutes)"
+log "go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION (Kubernetes 1.$k8s_minor client; cold: ~200 s of CPU, 0.85 GB)"
 GOBIN="$tmp" go install -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 mv -f "$tmp/helm" "$OUT/helm"
 log "built $("$OUT/helm" version --short) into $OUT in $((SECONDS - start)) s"
