@@ -307,6 +307,9 @@ class Accelerators:
         self._candidates = lru_cache(maxsize=2048)(self._candidates_uncached)
         self._wanted_cache: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
         self._for_class = lru_cache(maxsize=512)(self._for_class_uncached)
+        # KubeAI's resource profiles (name -> requests, limits and pod fields), from the config's
+        # ``kubeai.resourceProfiles`` merged over the KubeAI chart's; ``None``: the chart's alone.
+        self.kubeai_profiles: dict[str, dict] | None = None
 
     def resource_patterns(self) -> tuple[str, ...]:
         """Every extended-resource name or glob some profile claims (the webhook's matchConditions)."""

@@ -12,10 +12,12 @@ asking for 9 GPUs is judged at ``kubectl apply`` instead of failing later as ope
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
+from gpuguard.workloads import quantity
 from gpuguard.workloads.accelerators import Accelerators
 from gpuguard.workloads.containers import Container, container_gpus
+from gpuguard.workloads.kinds.kubeai import KUBEAI_CHART_PROFILES, resource_profile
 from gpuguard.workloads.paths import Path, child_dict, get_path
 
 # The extended resource a shorthand ``gpu`` count means when no ``gpuType`` says otherwise.
@@ -165,6 +167,8 @@ def main_container(obj: dict, spec_path: Path, shape: str, spec: dict, accelerat
     if shape == "inline":
         name = get_path(obj, ("metadata", "name"))
         return InlineContainer(f"{name}-ctr" if isinstance(name, str) else "nim", spec, spec_path, accelerators)
+    if shape == "kubeai":
+        return _kubeai_container(spec, spec_path, accelerators)
     if shape == "dynamo":
         # spec_path is <service>.extraPodSpec; the service holds the shorthand and sharedMemory.
         service = spec_path[:-1]
@@ -190,13 +194,113 @@ def main_container(obj: dict, spec_path: Path, shape: str, spec: dict, accelerat
 
 
 # The ``TemplateRef.shape`` values this module adapts.
-SERVING_SHAPES = frozenset({"dynamo", "vllm", "inline"})
+SERVING_SHAPES = frozenset({"dynamo", "vllm", "inline", "kubeai"})
+# Pod fields a KubeAI resource profile gives its pods.
+KUBEAI_POD_FIELDS = ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "schedulerName")
 
 
-def unread_claims(shape: str, spec: dict, spec_path: Path) -> list[tuple[Path, str]]:
+def kubeai_profile(spec: dict, accelerators: Accelerators) -> tuple[str, int, dict | None] | None:
+    """(profile name, count, the profile or ``None`` when gpuguard doesn't know it) of a KubeAI Model spec;
+    ``None`` when the Model names no (readable) profile."""
+    named = resource_profile(spec)
+    if named is None:
+        return None
+    profiles = accelerators.kubeai_profiles if accelerators.kubeai_profiles is not None else KUBEAI_CHART_PROFILES
+    profile = profiles.get(named[0])
+    return named[0], named[1], profile if isinstance(profile, dict) else None
+
+
+def _times(value: Any, factor: int) -> Any:
+    amount = quantity.parse(value)
+    return value if amount is None or factor == 1 else f"{(amount * factor).normalize():f}"
+
+
+class KubeAIContainer(Container):
+    """A KubeAI model server: the resources of its Model's profile times the profile count.  Nothing can be
+    written for it (a Model has no resources field): its sizes are the KubeAI config's."""
+
+    settable: ClassVar[frozenset[str] | None] = frozenset()
+
+    def __init__(self, body: dict, spec_path: Path, resources: dict, profile: str, accelerators: Accelerators):
+        super().__init__(None, "server", body, spec_path)
+        self.profile = profile
+        self._resources = resources
+        self.gpus, self.profiles = container_gpus({"resources": resources}, accelerators)
+
+    @property
+    def name(self) -> str:
+        return "server"
+
+    @property
+    def path(self) -> Path:
+        return self.spec_path + ("resourceProfile",)
+
+    @property
+    def memory_setting(self) -> str:  # type: ignore[override]
+        return f"limits.memory of the KubeAI resource profile {self.profile} (the KubeAI config's resourceProfiles)"
+
+    def resources(self, create: bool = False) -> dict | None:
+        return None if create else self._resources
+
+    def declared(self, section: str, name: str) -> Any:
+        return self.resource_value(section, name)
+
+    def can_set_resources(self) -> bool:
+        return False
+
+    def set_resource(self, section: str, name: str, value: str) -> bool:
+        return False
+
+    def env(self) -> dict[str, Any]:
+        values = self.body.get("env")
+        return {k: v if isinstance(v, str) else None for k, v in values.items()} if isinstance(values, dict) else {}
+
+    def mounts(self) -> list[dict]:
+        return [{"name": "dshm", "mountPath": SHM_PATH}]  # no field to add one; KubeAI's servers mount their own
+
+    def pod_body(self) -> dict:
+        env = [{"name": k, "value": v} for k, v in self.env().items()]
+        return {"name": self.name, "image": self.body.get("image"), "env": env, "resources": self._resources}
+
+
+def _kubeai_container(spec: dict, spec_path: Path, accelerators: Accelerators) -> Container:
+    resolved = kubeai_profile(spec, accelerators)
+    resources: dict[str, dict] = {"requests": {}, "limits": {}}
+    name = resolved[0] if resolved else ""
+    if resolved is not None and resolved[2] is not None:
+        for section in ("requests", "limits"):
+            values = resolved[2].get(section)
+            if isinstance(values, dict):
+                resources[section] = {k: _times(v, resolved[1]) for k, v in values.items()}
+    body = {"image": spec.get("image"), "env": spec.get("env")} if isinstance(spec.get("image"), str) else \
+        {"env": spec.get("env")}
+    return KubeAIContainer(body, spec_path, resources, name, accelerators)
+
+
+def inherited_pod_fields(shape: str, spec: dict, accelerators: Accelerators) -> dict[str, Any]:
+    """Pod fields a serving template takes from elsewhere (a KubeAI Model's profile): shown to policies in
+    the template, and put back by ``WorkloadView.settle`` where no policy changed them."""
+    if shape != "kubeai":
+        return {}
+    resolved = kubeai_profile(spec, accelerators)
+    profile = resolved[2] if resolved is not None else None
+    return {k: profile[k] for k in KUBEAI_POD_FIELDS if profile and profile.get(k)}
+
+
+def unread_claims(shape: str, spec: dict, spec_path: Path, accelerators: Accelerators) -> list[tuple[Path, str]]:
     """DRA devices a serving template asks for in a form gpuguard can't count: a NIMService's
     ``draResources`` (claims the operator creates or names from them).  The engine refuses such a template
     (what can't be judged is refused) unless the admin chose ``failureMode: open``."""
+    if shape == "kubeai":
+        resolved = kubeai_profile(spec, accelerators)
+        if resolved is not None and resolved[2] is None:
+            return [(spec_path + ("resourceProfile",), f"the KubeAI resource profile {resolved[0]!r} is not in "
+                     "gpuguard's kubeai.resourceProfiles, so the pods' resources can't be known; add it there as in "
+                     "the KubeAI config")]
+        if resolved is None and spec.get("resourceProfile") not in (None, ""):
+            return [(spec_path + ("resourceProfile",), "resourceProfile is not <profile>:<count>, so the pods' "
+                     "resources can't be known")]
+        return []
     if shape == "inline" and spec.get("draResources"):
         return [(spec_path + ("draResources",), "the devices of draResources (DRA claims the NIM Operator creates "
                  "or names) can't be counted from the NIMService; ask for GPUs in resources.limits instead, or an "

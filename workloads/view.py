@@ -24,7 +24,7 @@ from gpuguard.workloads.containers import Container, SparkContainer, container_g
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
 from gpuguard.workloads.paths import Path, child_dict, child_list, dicts, dotted, get_path
-from gpuguard.workloads.serving import SERVING_SHAPES, main_container, unread_claims
+from gpuguard.workloads.serving import SERVING_SHAPES, inherited_pod_fields, main_container, unread_claims
 
 __all__ = ["NEVER_PREEMPTING_KINDS", "PRIVILEGED_CLASSES", "UNPRIVILEGED_CLASS", "WORKLOAD_CLASSES",
            "WORKLOAD_CLASS_LABEL", "effective_class", "Container", "PodTemplate", "WorkloadView", "build_view",
@@ -417,8 +417,13 @@ def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_c
         if spec.get("resourceClaims"):
             attach_claims(template, namespace, accelerators, claims)
         _attach_kai_share(template, accelerators)
+        for key, value in inherited_pod_fields(ref.shape, spec, accelerators).items():
+            current = spec.get(key, _ABSENT)
+            if _unset(current):  # a KubeAI profile's node selection and tolerations
+                spec[key] = copy.deepcopy(value)
+                inherited.append((template, key, value, current))
         if ref.shape in SERVING_SHAPES:
-            unread = unread_claims(ref.shape, spec, ref.spec_path)
+            unread = unread_claims(ref.shape, spec, ref.spec_path, accelerators)
             template.unresolved_claims.extend(unread)
             template.unjudged_claims.extend(unread)
         templates.append(template)

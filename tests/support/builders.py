@@ -161,6 +161,8 @@ def make(kind: str, spec: dict, replicas: int = 1, name: str = "w", namespace: s
                            "spec": {"podGroupSize": replicas, "template": t}},
         "VLLMRuntime": lambda: {"apiVersion": "production-stack.vllm.ai/v1alpha1", "kind": "VLLMRuntime",
                                 "metadata": meta, "spec": vllm_runtime(spec, replicas)},
+        "Model": lambda: {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": meta,
+                          "spec": kubeai_model(spec, replicas)},
     }
     return builders[kind]()
 
@@ -256,6 +258,20 @@ def vllm_runtime(spec: dict, replicas: int = 1) -> dict:
                            **({"env": copy.deepcopy(main["env"])} if "env" in main else {})},
             "deploymentConfig": {"replicas": replicas, "resources": shorthand(limits),
                                  "image": {"registry": registry, "name": name}}}
+
+
+def kubeai_model(spec: dict, replicas: int = 1) -> dict:
+    """A KubeAI Model on the chart's L4 profile, one GPU of it per GPU of ``spec``'s first container (the CPU
+    profile without), with that container's image and env."""
+    main = (spec.get("containers") or [{}])[0]
+    gpus = sum(int(v) for k, v in ((main.get("resources") or {}).get("limits") or {}).items() if "/" in k)
+    out: dict = {"url": "hf://meta-llama/Llama-3.1-8B-Instruct", "engine": "VLLM", "features": ["TextGeneration"],
+                 "resourceProfile": f"nvidia-gpu-l4:{gpus}" if gpus else "cpu:1", "replicas": replicas}
+    if "image" in main:
+        out["image"] = main["image"]
+    if main.get("env"):
+        out["env"] = {e["name"]: e.get("value", "") for e in main["env"]}
+    return out
 
 
 def has_builder(name: str) -> bool:

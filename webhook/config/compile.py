@@ -33,6 +33,7 @@ from gpuguard.workloads import knative
 from gpuguard.workloads.accelerators import AcceleratorError, Accelerators, ProfileSpec, merge_specs
 from gpuguard.workloads.controllers import DEFAULT_TRUSTED_CONTROLLERS, TrustedControllers, parse_group_kind
 from gpuguard.workloads.inventory import declared_pool
+from gpuguard.workloads.kinds.kubeai import merged_profiles
 from gpuguard.workloads.view import WORKLOAD_CLASSES
 
 log = logging.getLogger("gpuguard.config")
@@ -93,6 +94,7 @@ class Config:
         self.workload_classes = raw.workload_classes
         self.trust_controller_pods = raw.trust_controller_pods
         self.accelerators = accelerators
+        accelerators.kubeai_profiles = merged_profiles(raw.kubeai.resource_profiles)
         # Declared node pools (``inventory.nodePools``): shapes an autoscaler adds, part of every inventory.
         self.node_pools = tuple(declared_pool(p.name, p.labels, p.taints, p.allocatable, p.max_count)
                                 for p in raw.inventory.node_pools)

@@ -114,6 +114,14 @@ class KServe(ConfigModel):
         "kubernetes.podspec-tolerations): gpuguard sets those pod fields on Knative-served templates.")
 
 
+class KubeAI(ConfigModel):
+    resource_profiles: dict[str, dict[str, Any] | None] = Field(
+        default_factory=dict, description="KubeAI's resource profiles as in its config (the Helm values' "
+        "resourceProfiles: requests, limits, nodeSelector, affinity, tolerations per profile), merged over the "
+        "KubeAI chart's defaults as Helm merges values (null removes one). A Model is judged as the pods its "
+        "<profile>:<count> makes; a profile in neither is refused as not judgeable.")
+
+
 class NodePool(ConfigModel):
     """A pool of nodes an autoscaler adds when needed: its shape, so pods are judged before its first node exists."""
 
@@ -174,6 +182,7 @@ class ConfigFile(ConfigModel):
     profiles: list[Profile] = Field(default_factory=list)
     cost: Cost = Field(default_factory=Cost)
     kserve: KServe = Field(default_factory=KServe)
+    kubeai: KubeAI = Field(default_factory=KubeAI)
     inventory: Inventory = Field(default_factory=Inventory)
     # Admins' own CEL rules (webhook/custom/, docs/custom-policies.md).
     custom_policies: list[CustomPolicy] = Field(default_factory=list)

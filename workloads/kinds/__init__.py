@@ -9,7 +9,7 @@ group/resource to intercept, and where CEL finds the pod specs), the trusted con
 list).  Policies never compare kind names: they ask the ``KindSpec`` through the workload
 view.  The entries live with their operator family (``core``, ``kubeflow``, ``trainer``,
 ``jobset``, ``volcano``, ``lws``, ``ray``, ``kserve``, ``appwrapper``, ``spark``, ``argo``, and the serving
-operators ``dynamo``, ``nim``, ``aibrix``, ``vllm``);
+operators ``dynamo``, ``nim``, ``aibrix``, ``vllm``, ``kubeai``);
 this module assembles them.  Adding a kind: ``docs/contributing.md``.
 
 Dispatch is on API group + kind, never on the version: operators move their CRDs between
@@ -31,6 +31,7 @@ from gpuguard.workloads.kinds import (
     dynamo,
     jobset,
     kserve,
+    kubeai,
     kubeflow,
     lws,
     nim,
@@ -104,7 +105,7 @@ KINDS: tuple[KindSpec, ...] = (
     spark.SPARKAPPLICATION, spark.SCHEDULEDSPARKAPPLICATION,
     argo.WORKFLOW, argo.WORKFLOWTEMPLATE, argo.CRONWORKFLOW,
     dynamo.DYNAMOGRAPHDEPLOYMENT, dynamo.DYNAMOCOMPONENTDEPLOYMENT, nim.NIMSERVICE,
-    aibrix.STORMSERVICE, aibrix.ROLESET, aibrix.PODSET, vllm.VLLMRUNTIME,
+    aibrix.STORMSERVICE, aibrix.ROLESET, aibrix.PODSET, vllm.VLLMRUNTIME, kubeai.MODEL,
 )
 
 _BY_GROUP_KIND: dict[tuple[str, str], KindSpec] = {k.api_group_kind: k for k in KINDS}

@@ -53,9 +53,10 @@ class TemplateRef:
     # operator writes the container's ``resources`` itself; see ``gpuguard.workloads.spark``); the serving
     # operators' shapes (``gpuguard.workloads.serving``): ``dynamo`` (a Dynamo service's ``extraPodSpec`` with
     # its ``mainContainer``, resources in the service's shorthand), ``vllm`` (a production-stack
-    # ``deploymentConfig``, resources in its shorthand) and ``inline`` (the spec is the pod and its one
-    # container: a NIMService).
-    shape: Literal["pod", "spark", "dynamo", "vllm", "inline"] = "pod"
+    # ``deploymentConfig``, resources in its shorthand), ``inline`` (the spec is the pod and its one
+    # container: a NIMService) and ``kubeai`` (a KubeAI Model: resources and pod fields from the config's
+    # resource profile it names).
+    shape: Literal["pod", "spark", "dynamo", "vllm", "inline", "kubeai"] = "pod"
     # Pod fields the template takes from the object when it does not set them itself, as (field, path
     # from the object root), first match wins: Argo templates inherit ``tolerations``, ``nodeSelector``,
     # ``affinity``, ``schedulerName`` and the priority class from ``templateDefaults`` and the workflow

@@ -135,7 +135,7 @@ def test_kinds_cel_cannot_follow_say_so_by_leaving_pod_spec_paths_empty():
     assert {BUILDER_NAMES[k.api_group_kind] for k in kinds.KINDS if not k.pod_spec_paths} == {
         "InferenceService", "AppWrapper", "TrainJob", "SparkApplication", "ScheduledSparkApplication", "Workflow",
         "WorkflowTemplate", "CronWorkflow", "DynamoGraphDeployment", "DynamoComponentDeployment", "NIMService",
-        "VLLMRuntime"}
+        "VLLMRuntime", "Model"}
 
 
 def test_controller_edges_name_kinds_of_the_table():

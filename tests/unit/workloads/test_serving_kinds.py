@@ -235,3 +235,53 @@ def test_stormservice_counts_roles_groups_and_role_sets_with_gpus_and_neuron():
     podset = {"apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "PodSet", "metadata": dict(META),
               "spec": {"podGroupSize": 4, "template": copy.deepcopy(roles[0]["template"])}}
     assert gpus(podset) == 4
+
+
+# ---------------------------------------------------------------- KubeAI
+
+
+def model(profile: str, **spec) -> dict:
+    return {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": dict(META),
+            "spec": {"url": "hf://meta-llama/Llama-3.1-8B-Instruct", "engine": "VLLM", "features": ["TextGeneration"],
+                     "resourceProfile": profile, **spec}}
+
+
+@pytest.mark.parametrize(("profile", "spec", "expected"), [
+    ("nvidia-gpu-l4:2", {}, 2),
+    ("nvidia-gpu-l4:2", {"minReplicas": 1, "maxReplicas": 4}, 8),  # the autoscaler's maximum
+    ("nvidia-gpu-h100:8", {"replicas": 3}, 24),
+    ("nvidia-gpu-l4", {}, 1),  # a name without a count is one of it
+    ("cpu:4", {}, 0),
+])
+def test_kubeai_model_gpus_come_from_the_chart_profiles_times_the_count(profile, spec, expected):
+    assert gpus(model(profile, **spec)) == expected
+
+
+def test_kubeai_profile_resources_and_pod_fields_are_what_the_pods_get():
+    decision = only("gpu-memory-guard").evaluate(model("nvidia-gpu-l4:2"))
+    # the chart's L4 profile asks 6 CPU and 24Gi per GPU with no memory limit: denied, naming the profile to fix
+    assert not decision.allowed
+    assert "KubeAI resource profile nvidia-gpu-l4" in decision.denials[0].message + decision.denials[0].fix
+    # the profile's toleration is the pods': gpuguard sees it, and nothing of the profile lands in the Model
+    kept = evaluate_twice(only("priority-class"), model("nvidia-gpu-l4:1"))
+    assert "tolerations" not in kept.mutated["spec"] and kept.mutated["spec"]["priorityClassName"]
+
+
+def test_kubeai_profiles_from_the_config_are_merged_over_the_chart_and_unknown_ones_refused():
+    config = ("kind: GpuguardConfig\nkubeai:\n  resourceProfiles:\n"
+              "    nvidia-gpu-l4:\n      limits: {memory: 32Gi}\n"
+              "    amd-gpu-mi300x:\n      limits: {amd.com/gpu: '1', memory: 192Gi}\n"
+              "    nvidia-gpu-t4: null\n")
+    engine = Engine(parse_config_text(config))
+    guard = Engine(parse_config_text(config + "policies:\n" + "".join(
+        f"  {p}: {{action: off}}\n" for p in ("checkpoint-volume", "ephemeral-storage", "workload-class",
+                                              "gpu-request-shape", "schedulable", "gang-scheduling"))))
+    l4 = guard.evaluate(model("nvidia-gpu-l4:2"), RequestContext(namespace="ml"))
+    assert l4.allowed and l4.gpus == 2  # the memory limit the admin added (x2) satisfies gpu-memory-guard
+    amd = engine.evaluate(model("amd-gpu-mi300x:8", replicas=9), RequestContext(namespace="ml"))
+    assert amd.gpus_by_resource == {"amd.com/gpu": 72} and not amd.allowed
+    for unknown in ("nvidia-gpu-t4:1", "my-gpu:1", "nvidia-gpu-l4:two"):
+        refused = engine.evaluate(model(unknown), RequestContext(namespace="ml"))
+        assert not refused.allowed and refused.error and "resourceProfile" in refused.error, unknown
+    opened = Engine(parse_config_text(config + "failureMode: open\n"))
+    assert opened.evaluate(model("my-gpu:1"), RequestContext(namespace="ml")).allowed
