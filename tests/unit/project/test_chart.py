@@ -185,3 +185,20 @@ def test_toggles_drop_and_add_objects() -> None:
 def test_values_the_apiserver_would_refuse_fail_to_render(value: str, message: str) -> None:
     proc = helm("template", "gpuguard", str(CHART), "--set", value, check=False)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_every_chart_file_is_generated_or_one_of_the_hand_written_few() -> None:
+    """The generated-files check covers the chart: nothing in it escapes ``scripts/generate.py --check``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpuguard_generate", REPO / "scripts" / "generate.py")
+    assert spec is not None and spec.loader is not None
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    generated = {path for path in generate.helm_chart() if path.startswith("deploy/chart/")}
+    hand_written = {f"deploy/chart/gpuguard/{name}" for name in
+                    (".helmignore", "templates/_helpers.tpl", "templates/NOTES.txt")}
+    on_disk = {p.relative_to(REPO).as_posix() for p in CHART.rglob("*") if p.is_file()}
+    assert on_disk == generated | hand_written
+    assert {"deploy/chart/gpuguard/Chart.yaml", "deploy/chart/gpuguard/values.yaml",
+            "deploy/chart/gpuguard/templates/webhookconfigurations.yaml"} <= generated
