@@ -21,10 +21,13 @@ it matches no node, and adding an expression would widen it to every accelerator
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import orjson
 from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
+from gpuguard.workloads.accelerators import Accelerators
 from gpuguard.workloads.inventory import PRODUCT_LABELS, Inventory
 from gpuguard.workloads.paths import child_dict, child_list, dicts
 from gpuguard.workloads.view import PodTemplate, WorkloadView
@@ -95,7 +98,12 @@ def _selected_keys(template: PodTemplate) -> set[str]:
 
 def _hints(view: WorkloadView) -> list[str]:
     """Accelerator label keys: every profile's own, then the product labels (a ranking, never a rule)."""
-    keys = [p.node_selection.key for p in (view.accelerators.profiles if view.accelerators else ())
+    return _hints_of(view.accelerators)
+
+
+@lru_cache(maxsize=8)  # per compiled profile list (a config), not per review
+def _hints_of(accelerators: Accelerators | None) -> list[str]:
+    keys = [p.node_selection.key for p in (accelerators.profiles if accelerators else ())
             if p.node_selection is not None]
     return list(dict.fromkeys([*keys, *PRODUCT_LABELS]))
 

@@ -227,7 +227,12 @@ class Profile:
 
     @property
     def tolerations(self) -> list[dict]:
-        return [t.as_k8s() for t in self.spec.tolerations]
+        """Fresh dicts on every call: policies put them into objects."""
+        return [dict(t) for t in self._tolerations]
+
+    @cached_property
+    def _tolerations(self) -> tuple[dict, ...]:
+        return tuple(t.as_k8s() for t in self.spec.tolerations)  # flat: key, operator, value, effect
 
     @property
     def max_per_node(self) -> int | None:
