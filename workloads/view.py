@@ -293,8 +293,9 @@ class WorkloadView:
         labels = meta.get("labels") if isinstance(meta, dict) else None
         return labels if isinstance(labels, dict) else {}
 
-    @property
+    @cached_property
     def gpu_templates(self) -> list[PodTemplate]:
+        """Cached, like the counts it reads: every policy asks, none changes templates or accelerator counts."""
         return [t for t in self.templates if t.gpus_per_pod]
 
     @cached_property
@@ -307,7 +308,7 @@ class WorkloadView:
         counts = self.kind.peak(self.obj, lambda role: by_role[role].gpus_per_pod if role in by_role else 0)
         return [(by_role[role], n) for role, n in counts.items() if role in by_role and n > 0]
 
-    @property
+    @cached_property
     def total_gpus(self) -> int:
         return sum(t.gpus_per_pod * n for t, n in self._running)
 
@@ -327,7 +328,7 @@ class WorkloadView:
                 del parent[key]
         self.created.clear()
 
-    @property
+    @cached_property
     def is_gpu(self) -> bool:
         return any(t.gpus_per_pod for t in self.templates)
 
