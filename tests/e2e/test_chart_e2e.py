@@ -14,7 +14,7 @@ import uuid
 import pytest
 import yaml
 
-from tests.support.gpuguard_process import DEFAULT_CONFIG, GpuguardServer
+from tests.support.gpuguard_process import DEFAULT_CONFIG, GpuguardServer, gpuguard
 from tests.support.helm import CHART, helm
 
 pytestmark = pytest.mark.e2e
@@ -70,8 +70,13 @@ def _labelled(cp, kinds: str, *scope: str) -> list[str]:
 def test_install_admit_upgrade_uninstall(control_plane, server):
     cp = control_plane
     ca = base64.b64encode(server.ca.read_bytes()).decode()
+    # certificates.mode=secret without webhook.caBundle: the CA goes in with `gpuguard certs inject`, as
+    # docs/admin.md allows; Helm's later upgrades must keep what it patched.
     _helm(cp, "install", "gpuguard", str(CHART), "--namespace", RELEASE_NS, "--create-namespace",
-          "--set", f"webhook.url={server.url}", "--set", f"webhook.caBundle={ca}")
+          "--set", f"webhook.url={server.url}")
+    unbundled = cp.kubectl_json("get", "validatingwebhookconfiguration", "gpuguard")["webhooks"]
+    assert all("caBundle" not in h["clientConfig"] for h in unbundled)
+    gpuguard("certs", "inject", "--ca", str(server.ca), "--kubeconfig", str(cp.kubeconfig))
 
     # Installed: every object of the chart, the webhooks calling the test's server with its CA.
     installed = _labelled(cp, CLUSTER_KINDS)
@@ -107,6 +112,7 @@ def test_install_admit_upgrade_uninstall(control_plane, server):
         hooks = cp.kubectl_json("get", kind, "gpuguard")["webhooks"]
         assert {(h["failurePolicy"], h["timeoutSeconds"]) for h in hooks} == {("Ignore", 5)}
         assert all(ns in h["namespaceSelector"]["matchExpressions"][0]["values"] for h in hooks)
+        assert {h["clientConfig"]["caBundle"] for h in hooks} == {ca}  # the injected CA survives the upgrade
     status = json.loads(_helm(cp, "status", "gpuguard", "--namespace", RELEASE_NS, "-o", "json").stdout)
     assert status["version"] == 2 and status["info"]["status"] == "deployed"
     # The namespace is now excluded: the apiserver no longer asks gpuguard, so the unmounted Job passes.
