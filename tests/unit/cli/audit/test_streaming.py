@@ -224,3 +224,25 @@ def test_a_runtime_on_stdin_is_found_from_one_read(monkeypatch, capsys) -> None:
     assert code == 1
     assert data["summary"]["objects"] == 2
     assert any("no persistent volume" in v["message"] for v in data["results"][0]["violations"])
+
+
+def test_junit_is_what_the_shared_writer_writes_for_the_same_suites(fixtures_report: AuditReport) -> None:
+    from gpuguard.webhook.cli import junit as shared
+    from gpuguard.webhook.cli.audit.formats import junit as audit_junit
+
+    failing = audit_run.FAILING[fixtures_report.fail_on]
+    suites: dict[str, shared.Suite] = {}
+    for item in fixtures_report.items:
+        suite = suites.setdefault(item.doc.source, shared.Suite(item.doc.source))
+        if item.is_input_error:
+            suite.cases.append(shared.Case(f"{item.doc.location} :: input", item.doc.source, error=shared.Outcome(
+                item.error or "", item.error_type or "input", f"{item.doc.location}: {item.error}")))
+        else:
+            suite.cases.extend(audit_junit._workload_cases(item, fixtures_report, failing))
+    whole = io.StringIO()
+    shared.write(shared.build("gpuguard audit", suites.values()), whole)
+    assert len(suites) > 3
+    assert _rendered(fixtures_report, "junit") == whole.getvalue()
+    empty = io.StringIO()
+    shared.write(shared.build("gpuguard audit", []), empty)
+    assert _rendered(AuditReport(catalog=load_catalog()), "junit") == empty.getvalue()

@@ -67,19 +67,50 @@ def _start_tag(tag: str, attrs: dict[str, str]) -> str:
     return empty[: -len(" />")] + ">"
 
 
+def _new_counts() -> dict[str, float]:
+    return {**dict.fromkeys(_COUNTS, 0), "time": 0.0}
+
+
 class Writer:
-    """Each item's cases are serialized at once into a spool, under their suite (the item's source); the
-    counts on ``<testsuites>`` and each ``<testsuite>`` are written at the end, then the cases in suite order.
-    The output is what ``gpuguard.webhook.cli.junit.write`` writes for the same suites."""
+    """Cases are serialized as each item is decided.  A source's items come one after another, so its
+    ``<testsuite>`` (counts first) is written to a spool as soon as the next source starts, and only the
+    ``<testsuites>`` totals wait for the end: memory holds one suite's counts, however many files there are.
+    The output is what ``gpuguard.webhook.cli.junit.write`` writes for the same suites; a source whose
+    items do not come together (a path given twice) gets one suite per run of items."""
 
     def __init__(self, report: AuditReport, out: TextIO, options: RenderOptions) -> None:
         self.report, self.out = report, out
         self.failing = FAILING[report.fail_on]
-        self.spool = Spool()
-        self.suites: dict[str, dict[str, float]] = {}  # source -> counts and seconds, in first-seen order
+        self.suites = Spool()  # finished <testsuite> elements, in order (key None)
+        self.cases = Spool()  # the current suite's cases (key None), until its counts are known
+        self.current: str | None = None
+        self.counts = _new_counts()
+        self.totals = _new_counts()
+        self.any_suite = False
+
+    def _end_suite(self) -> None:
+        if self.current is None:
+            return
+        counts = self.counts
+        attrs = {"name": junit.clean(self.current), **{k: str(int(counts[k])) for k in _COUNTS},
+                 "time": f"{counts['time']:.3f}"}
+        if None in self.cases:
+            self.suites.write(None, "  " + _start_tag("testsuite", attrs) + "\n")
+            for chunk in self.cases.chunks(None):
+                self.suites.write(None, chunk)
+            self.suites.write(None, "  </testsuite>\n")
+        else:
+            self.suites.write(None, "  " + ET.tostring(ET.Element("testsuite", attrs), encoding="unicode") + "\n")
+        for key in self.totals:
+            self.totals[key] += counts[key]
+        self.cases.clear()
+        self.current, self.counts, self.any_suite = None, _new_counts(), True
 
     def _cases(self, suite: str, cases: list[junit.Case]) -> None:
-        counts = self.suites.setdefault(suite, {**dict.fromkeys(_COUNTS, 0), "time": 0.0})
+        if suite != self.current:
+            self._end_suite()
+            self.current = suite
+        counts = self.counts
         for case in cases:
             counts["tests"] += 1
             counts["failures"] += case.failure is not None
@@ -88,7 +119,7 @@ class Writer:
             counts["time"] += case.seconds
             element = junit.case_element(case)
             ET.indent(element, level=2)
-            self.spool.write(suite, "    " + ET.tostring(element, encoding="unicode") + "\n")
+            self.cases.write(None, "    " + ET.tostring(element, encoding="unicode") + "\n")
 
     def add(self, item: AuditItem) -> None:
         source = item.doc.source
@@ -101,28 +132,21 @@ class Writer:
     def finish(self) -> None:
         for message in self.report.extra_errors:
             self._cases("gpuguard", [junit.Case(message, "gpuguard", error=junit.Outcome(message, "error"))])
-        totals = {key: sum(int(c[key]) for c in self.suites.values()) for key in _COUNTS}
-        seconds = sum(c["time"] for c in self.suites.values())
-        root = {"name": junit.clean("gpuguard audit"), **{k: str(v) for k, v in totals.items()},
-                "time": f"{seconds:.3f}"}
+        self._end_suite()
+        totals = self.totals
+        root = {"name": junit.clean("gpuguard audit"), **{k: str(int(totals[k])) for k in _COUNTS},
+                "time": f"{totals['time']:.3f}"}
         self.out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
-        if not self.suites:
+        if not self.any_suite:
             self.out.write(ET.tostring(ET.Element("testsuites", root), encoding="unicode") + "\n")
             return
         self.out.write(_start_tag("testsuites", root) + "\n")
-        for name, counts in self.suites.items():
-            attrs = {"name": junit.clean(name), **{k: str(int(counts[k])) for k in _COUNTS},
-                     "time": f"{counts['time']:.3f}"}
-            if name not in self.spool:
-                self.out.write("  " + ET.tostring(ET.Element("testsuite", attrs), encoding="unicode") + "\n")
-                continue
-            self.out.write("  " + _start_tag("testsuite", attrs) + "\n")
-            self.spool.copy(name, self.out)
-            self.out.write("  </testsuite>\n")
+        self.suites.copy(None, self.out)
         self.out.write("</testsuites>\n")
 
     def close(self) -> None:
-        self.spool.close()
+        self.suites.close()
+        self.cases.close()
 
 
 def build(report: AuditReport) -> ET.Element:

@@ -82,6 +82,14 @@ class Spool:
         for text in self.chunks(key):
             out.write(text)
 
+    def clear(self) -> None:
+        """Forget everything written (the file is emptied too)."""
+        self._file.seek(0)
+        self._file.truncate()
+        self._segments.clear()
+        self._end = 0
+        self._reading = False
+
     def close(self) -> None:
         self._file.close()
 
