@@ -10,9 +10,10 @@ has a builder here.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
-from gpuguard.workloads import kinds
+from gpuguard.workloads import kinds, quantity
 from gpuguard.workloads.paths import get_path
 
 
@@ -264,7 +265,8 @@ def kubeai_model(spec: dict, replicas: int = 1) -> dict:
     """A KubeAI Model on the chart's L4 profile, one GPU of it per GPU of ``spec``'s first container (the CPU
     profile without), with that container's image and env."""
     main = (spec.get("containers") or [{}])[0]
-    gpus = sum(int(v) for k, v in ((main.get("resources") or {}).get("limits") or {}).items() if "/" in k)
+    amounts = (quantity.parse(v) for k, v in ((main.get("resources") or {}).get("limits") or {}).items() if "/" in k)
+    gpus = sum(math.ceil(a) for a in amounts if a is not None and a > 0)
     out: dict = {"url": "hf://meta-llama/Llama-3.1-8B-Instruct", "engine": "VLLM", "features": ["TextGeneration"],
                  "resourceProfile": f"nvidia-gpu-l4:{gpus}" if gpus else "cpu:1", "replicas": replicas}
     if "image" in main:
