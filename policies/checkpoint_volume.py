@@ -2,9 +2,18 @@
 
 A training pod that is preempted, evicted or OOM-killed restarts from its last checkpoint,
 or from zero if the checkpoints lived in an emptyDir, a generic ephemeral volume, the
-container's writable layer or a node's hostPath.  Who owns a claim matters as much as the
-volume type: JobSet ``volumeClaimPolicies`` claims (``whenDeleted: Delete`` by default) and
-Volcano's auto-created claims die with the job, and the job TTL deletes the job.
+container's writable layer or a node's hostPath.  Who owns a claim decides what it outlives:
+a generic ephemeral volume's claim dies with its pod, while the claims an operator creates for
+the workload (StatefulSet and Argo ``volumeClaimTemplates``, JobSet ``volumeClaimPolicies`` —
+Kubeflow Trainer's torchtune runtimes mount theirs so — and Volcano's ``spec.volumes`` claims)
+outlive every pod and restart of the workload, which is what a checkpoint is for, so they count
+even where they are deleted with the workload (``whenDeleted: Delete``: final results belong
+elsewhere once a TTL removes the job).
+
+Only training is checked: evaluations, quantizations, batch inference and smoke tests
+(``gpuguard.workloads.classify`` reads them from the commands, or a user declares the class) redo
+their work on a restart.  A denial names the classes that would change it, and never offers as the
+way out a deadline shorter than ``minOfferedDeadlineSeconds``.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
+from gpuguard.workloads.classify import relabel
 from gpuguard.workloads.paths import dicts, dotted, get_path
 from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
 
@@ -28,6 +38,10 @@ _NOT_PERSISTENT = {
     "projected": "a projected volume (read-only)",
     "image": "an image volume (read-only)",
 }
+
+# The classes a job denied as training may really be, with what each is for (``relabel``).
+NOT_TRAINING = (("smoke-test", "a smoke test or benchmark"),
+                ("batch-inference", "evaluation, quantization, batch inference"))
 
 
 class Settings(PolicySettings):
@@ -54,6 +68,10 @@ class Settings(PolicySettings):
     max_gpu_hours_at_risk: float = Field(
         4.0, ge=0, description="A workload whose deadline bounds what a restart can lose (deadline x GPUs) to at "
         "most this many GPU-hours needs no checkpoint storage: smoke tests, benchmarks, short evaluations.")
+    min_offered_deadline_seconds: int = Field(
+        1800, ge=0, description="The shortest deadline a denial offers as the way out (a run's image pull and "
+        "setup alone take minutes); a job for which the GPU-hours bound would mean less is offered the "
+        "smoke-test and batch-inference classes instead.")
 
 
 @dataclass(frozen=True)
@@ -93,10 +111,8 @@ def _claim_policies(view: WorkloadView) -> dict[str, tuple[bool, str]]:
             retention = get_path(policy, ("retentionPolicy", "whenDeleted")) or "Delete"
             for _, tmpl in dicts(policy.get("templates")):
                 name = get_path(tmpl, ("metadata", "name"))
-                if retention == "Retain":
-                    out[name] = (True, f"{kind} claim '{name}' (whenDeleted: Retain)")
-                else:
-                    out[name] = (False, f"{kind} claim '{name}' (deleted with the {kind}: whenDeleted: {retention})")
+                # Either way the claim outlives the pods and the JobSet's restarts: persistent for checkpoints.
+                out[name] = (True, f"{kind} claim '{name}' (whenDeleted: {retention})")
     elif claims.style == "claim-templates":  # StatefulSet volumeClaimTemplates
         for _, tmpl in dicts(get_path(view.obj, claims.path)):
             name = get_path(tmpl, ("metadata", "name"))
@@ -114,8 +130,8 @@ def _volcano_mounts(view: WorkloadView) -> list[Mount]:
         path = str(vol.get("mountPath", ""))
         if isinstance(vol.get("volumeClaimName"), str):
             mounts.append(Mount(path, True, f"claim '{vol['volumeClaimName']}'"))
-        elif "volumeClaim" in vol:
-            mounts.append(Mount(path, False, f"a claim the Volcano {view.kind.kind} creates and deletes with itself"))
+        elif "volumeClaim" in vol:  # owned by the job: it outlives the job's pods and restarts
+            mounts.append(Mount(path, True, f"a claim the Volcano {view.kind.kind} creates for itself"))
     return mounts
 
 
@@ -162,13 +178,18 @@ def _gpu_hours_at_risk(view: WorkloadView) -> float | None:
 
 
 def _bound_hint(view: WorkloadView, settings: Settings) -> str:
-    """How to get under the GPU-hours threshold instead: the deadline that would do it."""
+    """The ways out besides checkpoints: a deadline that keeps the GPU-hours at risk under the bound, offered
+    only when it leaves time for real work (a 64-chip job would get 225 s, shorter than its own
+    ``pip install``); and the classes that need no checkpoints, whose deadline (``job-limits``) bounds
+    the loss in GPU-hours that grow with the job."""
     fields = view.kind.job
-    if not fields or not fields.deadline or not view.total_gpus or settings.max_gpu_hours_at_risk <= 0:
-        return ""
-    seconds = int(settings.max_gpu_hours_at_risk * 3600 / view.total_gpus)
-    return (f"; or, for a short run (smoke test, benchmark, evaluation), set {dotted(fields.deadline)} <= {seconds} "
-            f"so at most {settings.max_gpu_hours_at_risk:g} GPU-hours are at risk")
+    hint = ""
+    if fields and fields.deadline and view.total_gpus and settings.max_gpu_hours_at_risk > 0:
+        seconds = int(settings.max_gpu_hours_at_risk * 3600 / view.total_gpus)
+        if seconds >= max(settings.min_offered_deadline_seconds, 1):
+            hint = (f"; or, for a short run, set {dotted(fields.deadline)} <= {seconds} so at most "
+                    f"{settings.max_gpu_hours_at_risk:g} GPU-hours are at risk")
+    return hint + "; " + relabel(view.workload_class, NOT_TRAINING)
 
 
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
@@ -229,9 +250,10 @@ POLICY = ValidatingPolicy(
     run=validate,
     description="GPU training containers must mount writable persistent storage (PVC, NFS, durable CSI ...) or set "
     "`CHECKPOINT_URI` (a value, `valueFrom` or `envFrom`) to an object store; checkpoint paths on emptyDir, "
-    "ephemeral volumes, hostPath, read-only mounts, claims that die with the job or the container filesystem are "
-    "rejected. A run whose deadline bounds what it can lose (deadline x GPUs <= 4 GPU-hours: smoke tests, "
-    "benchmarks) needs none.",
+    "ephemeral volumes, hostPath, read-only mounts or the container filesystem are rejected; claims an operator "
+    "creates for the workload (StatefulSet, JobSet `volumeClaimPolicies`, Volcano, Argo) count. A run whose deadline "
+    "bounds what it can lose (deadline x GPUs <= 4 GPU-hours) needs none; smoke tests, evaluations and "
+    "quantizations are other classes (`gpuguard.io/workload-class`).",
     rationale="A preempted or OOM-killed training pod restarts from its last checkpoint; if that lived on "
     "ephemeral storage, every GPU-hour since the start is lost.",
     cpu_scope=accelerator_objects_only,

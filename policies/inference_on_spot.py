@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pydantic import Field
 
 from gpuguard.policies.base import Action, Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
+from gpuguard.workloads.classify import relabel
 from gpuguard.workloads.paths import dicts
 from gpuguard.workloads.view import PodTemplate, WorkloadView
 
@@ -58,7 +59,8 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
         for field, label in _spot_choices(template, settings):
             yield Finding(template.spec_path + (field,), f"inference workload selects or tolerates spot nodes "
                           f"({label}): the node can be reclaimed at any time and the model goes offline",
-                          "run serving replicas on on-demand nodes, or keep enough on-demand replicas")
+                          "run serving replicas on on-demand nodes, or keep enough on-demand replicas; "
+                          + relabel(view.workload_class, (("batch-inference", "offline work a restart repeats"),)))
 
 
 POLICY = ValidatingPolicy(

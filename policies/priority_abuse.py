@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, Finding, PolicySettings, ValidatingPolicy
+from gpuguard.workloads.classify import relabel
 from gpuguard.workloads.paths import get_path
 from gpuguard.workloads.view import NEVER_PREEMPTING_KINDS, WorkloadView
 
@@ -47,7 +48,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
             yield Finding(path, f"{view.workload_class} workload uses priority class {name}, reserved for "
                           f"{' and '.join(allowed)}: it would preempt serving pods",
                           "remove priorityClassName (gpuguard sets the class for its workload class) or use "
-                          "training-standard / notebook-dev")
+                          "training-standard / notebook-dev; "
+                          + relabel(view.workload_class, tuple((c, "where this namespace's profile grants it")
+                                                               for c in allowed)))
 
 
 def cpu_scope(settings: Settings) -> CpuScope:

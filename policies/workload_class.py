@@ -1,8 +1,9 @@
 """workload-class: users may say what their workload is, but privilege comes only from the namespace.
 
-The kind gives a default class (a RayJob is training, a RayCluster serving), and the kind is
-often wrong: a RayJob that runs batch inference needs no checkpoints, an RL post-training
-RayCluster is training.  So a user may declare the class with the label
+The class is read from what a workload does (``gpuguard.workloads.classify``: its commands, images
+and ports, its kind the last hint), and that reading can be wrong: a RayJob whose entrypoint names
+nothing may run batch inference, a RayCluster from a generic image RL post-training.  So a user may
+declare the class with the label
 ``gpuguard.io/workload-class`` (training, inference, batch-inference, notebook, smoke-test) and
 gets that class's checks and defaults.
 
@@ -12,8 +13,8 @@ deadline checks.  Neither a kind nor a label gives one: the namespace's profile 
 ``allowEscalationTo`` (a serving team's namespace grants ``inference``, a notebook namespace
 ``notebook``).  The engine decides the class once (``effective_class``); this policy says so: a
 declaration of a class the namespace does not grant is denied with the way out, and a workload
-whose *kind* asks for one is judged as training, with a warning naming the grant it lacks.  The
-other classes keep every check that bounds a loss (deadline, retries), so any workload may declare
+whose work (or kind) asks for one is judged as training, with a warning naming the grant it lacks.
+The other classes keep every check that bounds a loss (deadline, retries), so any workload may declare
 them.
 """
 
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from pydantic import Field
 
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
+from gpuguard.workloads.classify import infer
 from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView, effective_class
 
 
@@ -52,9 +54,11 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
         return
     wanted = view.kind_class
     if view.is_gpu and view.workload_class != wanted and effective_class(wanted, granted) != wanted:
-        yield Finding(path, f"this {view.kind.kind} is judged as {view.workload_class}: its kind's class {wanted!r} "
-                      f"({_privilege(wanted)}) is not granted in this namespace",
-                      f"declare what it is (label {WORKLOAD_CLASS_LABEL}), or {grant.format(wanted)}", advisory=True)
+        reason = infer(view.obj, view.kind, wanted).reason
+        yield Finding(path, f"this {view.kind.kind} is judged as {view.workload_class}: it asks for {wanted!r} "
+                      f"({reason}), which gives {_privilege(wanted)} and is not granted in this namespace",
+                      f"if it is something else, label it {WORKLOAD_CLASS_LABEL}: batch-inference, smoke-test or "
+                      f"training; or {grant.format(wanted)}", advisory=True)
 
 
 def _privilege(workload_class: str) -> str:

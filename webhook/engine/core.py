@@ -38,6 +38,8 @@ from gpuguard.webhook.engine.patch import make_patch
 from gpuguard.webhook.engine.update import keep_immutable, subject
 from gpuguard.workloads import kinds, knative
 from gpuguard.workloads.claims import ClaimSource
+from gpuguard.workloads.classify import infer as infer_class
+from gpuguard.workloads.classify import operator_class
 from gpuguard.workloads.controllers import ControllerOrigin
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds.spec import Resolved
@@ -114,25 +116,41 @@ class Engine:
     # ------------------------------------------------------------------ classification
     def classify(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None = None,
                  policy_set: PolicySet | None = None) -> str:
-        """The workload class: the parent's for what a trusted controller made, else declared or by kind.
+        """The workload class: declared, else read from what the workload does, its kind the last hint.
 
         Object content *asks* for a class only where the admin allowed the class label; an
         ownerReference or a notebook label written by a user never does.  Whether the class asked
         for is given is decided by :func:`effective_class` from what the namespace's profile grants.
         """
-        return effective_class(self._wanted_class(obj, kind, origin), self.granted_classes(policy_set))
+        return self.classify_work(obj, kind, origin, policy_set)[0]
 
-    def _wanted_class(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None) -> str:
+    def classify_work(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None = None,
+                      policy_set: PolicySet | None = None) -> tuple[str, str]:
+        """The class given (:meth:`classify`) and the class the work asks for before any declaration."""
+        wanted, work = self._wanted_class(obj, kind, origin)
+        return effective_class(wanted, self.granted_classes(policy_set)), work
+
+    def _wanted_class(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None) -> tuple[str, str]:
+        """(the class asked for, the class the work asks for): a declaration, else what the work does
+        (``gpuguard.workloads.classify``), the kind being the last hint.  What a trusted controller made
+        is read the same way, its owner's kind as the hint (an operator that makes only servers or
+        notebooks gives its class)."""
         settings = self.config.workload_classes
         if origin is not None:
             owner = kinds.lookup_group_kind(*origin.owner)
             if owner is not None and owner.kind != "Pod":
-                return settings.by_kind.get(owner.kind, owner.default_class)
+                operator = operator_class(owner)
+                if operator is not None:
+                    return operator, operator
+                work = infer_class(obj, kind, self.kind_class(owner)).workload_class
+                return work, work
+        work = ""
         if settings.allow_label_override:
             labels = _meta(obj).get("labels")
             if isinstance(labels, dict) and labels.get(WORKLOAD_CLASS_LABEL) in WORKLOAD_CLASSES:
-                return labels[WORKLOAD_CLASS_LABEL]
-        return self.kind_class(kind)
+                return labels[WORKLOAD_CLASS_LABEL], work
+        work = infer_class(obj, kind, self.kind_class(kind)).workload_class
+        return work, work
 
     def granted_classes(self, policy_set: PolicySet | None) -> frozenset[str] | None:
         """The privileged classes a namespace grants (workload-class ``allowEscalationTo``); ``None``: all.
@@ -325,8 +343,8 @@ class Engine:
         """``work`` is the object policies see (a copy whenever ``mutating``); ``raw`` its JSON bytes."""
         decision.original = original
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
-        workload_class = self.classify(work, kind, origin, policy_set)
-        view = build_view(work, kind, self.config.accelerators, workload_class, self.kind_class(kind),
+        workload_class, work_class = self.classify_work(work, kind, origin, policy_set)
+        view = build_view(work, kind, self.config.accelerators, workload_class, work_class,
                           decision.namespace, self.claims)
         view.inventory = self.inventory
         decision.workload_class = workload_class

@@ -120,7 +120,8 @@ class VolumeClaims:
     ``claim-templates``: StatefulSet ``volumeClaimTemplates`` (claims kept when the set is deleted);
     ``claim-policies``: JobSet ``volumeClaimPolicies`` (``retentionPolicy.whenDeleted``, default Delete);
     ``volcano-volumes``: Volcano ``spec.volumes`` (mounted in every container; ``volumeClaimName``
-    is an existing claim, ``volumeClaim`` one the job creates and deletes).
+    is an existing claim, ``volumeClaim`` one the job creates and deletes).  Every style outlives the
+    pods and the workload's restarts, so ``checkpoint-volume`` counts them all as persistent storage.
     """
 
     path: Path
@@ -226,7 +227,9 @@ class KindSpec:
     kind: str
     plural: str
     versions: tuple[str, ...]
-    default_class: str  # training | inference | notebook, unless the config's workloadClasses says otherwise
+    # The class's last hint, when nothing the workload runs says more (``gpuguard.workloads.classify``),
+    # unless the config's workloadClasses.byKind says otherwise.
+    default_class: str
     locate: Locate = field(repr=False)
     job: JobFields | None = None
     gang: Gang | None = None  # None: not a distributed job (never gang-checked)

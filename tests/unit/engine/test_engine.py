@@ -180,8 +180,10 @@ def test_message_names_policy_path_container_and_fix():
     text = next(v.text for v in decision.violations if v.policy == "checkpoint-volume")
     assert text == ("[checkpoint-volume] spec.template.spec.containers[0] (trainer): GPU training job has no "
                     "persistent volume for checkpoints; mount a persistentVolumeClaim (e.g. at /checkpoints) or "
-                    "set CHECKPOINT_URI to an object store; or, for a short run (smoke test, benchmark, "
-                    "evaluation), set spec.activeDeadlineSeconds <= 14400 so at most 4 GPU-hours are at risk.")
+                    "set CHECKPOINT_URI to an object store; or, for a short run, set spec.activeDeadlineSeconds "
+                    "<= 14400 so at most 4 GPU-hours are at risk; judged as training; if it is not, label it "
+                    "gpuguard.io/workload-class: smoke-test (a smoke test or benchmark) or batch-inference "
+                    "(evaluation, quantization, batch inference).")
 
 
 def test_owner_reference_alone_grants_nothing():
