@@ -57,10 +57,11 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
         return
     for template in view.gpu_templates:
         for field, label in _spot_choices(template, settings):
-            yield Finding(template.spec_path + (field,), f"inference workload selects or tolerates spot nodes "
-                          f"({label}): the node can be reclaimed at any time and the model goes offline",
-                          "run serving replicas on on-demand nodes, or keep enough on-demand replicas; "
-                          + relabel(view.workload_class, (("batch-inference", "offline work a restart repeats"),)))
+            # kubectl shows about 256 characters of a warning: the class and its label come before the rest.
+            yield Finding(template.spec_path + (field,), f"inference on spot nodes ({label}): they can be reclaimed "
+                          "at any time, taking the model offline",
+                          relabel(view.workload_class, (("batch-inference", "batch work"),))
+                          + "; else use on-demand nodes, or keep enough on-demand replicas")
 
 
 POLICY = ValidatingPolicy(

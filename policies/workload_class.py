@@ -55,10 +55,11 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     wanted = view.kind_class
     if view.is_gpu and view.workload_class != wanted and effective_class(wanted, granted) != wanted:
         reason = infer(view.obj, view.kind, wanted).reason
+        # kubectl shows about 256 characters of a warning: what asked for the class and the label first.
         yield Finding(path, f"this {view.kind.kind} is judged as {view.workload_class}: it asks for {wanted!r} "
-                      f"({reason}), which gives {_privilege(wanted)} and is not granted in this namespace",
+                      f"({reason}), not granted here",
                       f"if it is something else, label it {WORKLOAD_CLASS_LABEL}: batch-inference, smoke-test or "
-                      f"training; or {grant.format(wanted)}", advisory=True)
+                      f"training; or {grant.format(wanted)} ({_privilege(wanted)})", advisory=True)
 
 
 def _privilege(workload_class: str) -> str:
