@@ -7,7 +7,7 @@
 # `go install github.com/rhysd/actionlint/cmd/actionlint@VERSION` works as is (no replace
 # directives).  CGO off: a static binary.
 #
-# shellcheck (Debian's) is installed beside it when missing and this runs as root: actionlint runs
+# Debian's shellcheck is installed beside it when missing and this runs as root: actionlint runs
 # it on every `run:` script when it is on PATH, and the test requires it.
 #
 # Idempotent: exits at once when $CACHE/actionlint-$ACTIONLINT_VERSION/actionlint exists.
