@@ -20,6 +20,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticUndefined
 
 from gpuguard.policies import REGISTRY, Policy
+from gpuguard.webhook.decision import NOT_FULLY_CHECKED, NOT_FULLY_CHECKED_TITLE
 from gpuguard.webhook.engine import prechecks
 
 _ACTION_HELP = ("enforce: deny (validating) or apply (mutating); warn: allow with a kubectl warning; "
@@ -134,6 +135,16 @@ ENGINE_CHECK = PolicyInfo(
     example="", settings=(), configurable=False)
 
 
+# Reports on files only: what a workload names (a runtime, a DRA claim) is missing from the input.
+UNRESOLVED_CHECK = PolicyInfo(
+    id=NOT_FULLY_CHECKED, title=NOT_FULLY_CHECKED_TITLE, phase="validating", default_action="enforce",
+    description="Reports a workload whose runtime (TrainJob, InferenceService) or DRA claim is neither in the "
+                "audited input nor, with --lookup-cluster, in the cluster: its pods could not be checked.",
+    rationale="The webhook refuses such an object until what it names exists; a CI audit says so as a finding "
+              "that --fail-on weighs, not as gpuguard failing.",
+    example="", settings=(), configurable=False)
+
+
 def load_catalog(config: Any = None) -> dict[str, PolicyInfo]:
     """Every registered policy, in engine order, then the custom rules of ``config`` (a loaded Config) if given.
 
@@ -142,6 +153,7 @@ def load_catalog(config: Any = None) -> dict[str, PolicyInfo]:
     """
     catalog = {pid: _info(policy) for pid, policy in REGISTRY.items()}
     catalog[prechecks.POLICY_ID] = ENGINE_CHECK
+    catalog[NOT_FULLY_CHECKED] = UNRESOLVED_CHECK
     custom = getattr(config, "custom", None)
     for rule in getattr(custom, "rules", {}).values():
         spec = rule.policy

@@ -7,7 +7,7 @@ import it cheaply and render the same decision its own way.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # Config actions (what an admin writes) and the verdict a violation carries.
@@ -86,6 +86,10 @@ class Decision:
     gpus_by_resource: dict[str, int] = field(default_factory=dict)
     skipped: str | None = None  # why the engine did not look (unknown kind, exempt namespace ...)
     error: str | None = None  # the engine could not read the object (see failureMode)
+    # What the object names but the engine could not read (a runtime, a DRA claim): set with ``error``.
+    # The webhook refuses it like any error; the CLI reports it as "not fully checked", a finding of its
+    # own (the input lacks the object, which is not gpuguard failing).
+    unresolved: str | None = None
     # The object itself is malformed (a quantity no policy can read): the webhook answers 422
     # Invalid, as the apiserver does for malformed objects, rather than 403 for a policy's denial.
     invalid: bool = False
@@ -126,3 +130,24 @@ class Decision:
         if self.error:
             entry["error"] = self.error
         return entry
+
+
+NOT_FULLY_CHECKED = "not-fully-checked"
+NOT_FULLY_CHECKED_TITLE = "Objects a workload names are there to check it with"
+NOT_FULLY_CHECKED_FIX = ("put it in the input (the same files or directory), or read it from the cluster with "
+                         "gpuguard audit --lookup-cluster")
+
+
+def unresolved_as_finding(decision: Decision) -> Decision:
+    """For reports on files: an object naming something the input lacks (a runtime, a DRA claim) as a finding.
+
+    The webhook refuses such an object like any it can't judge; a CI audit of manifests that
+    leave the cluster's runtimes out is not gpuguard failing, so it gets a ``not-fully-checked``
+    deny finding (which ``--fail-on`` weighs like any other) instead of an engine error (exit 2).
+    """
+    if not decision.unresolved or not decision.error:
+        return decision
+    finding = Violation(policy=NOT_FULLY_CHECKED, verdict="deny", path="spec",
+                        message=f"not fully checked: {decision.error}", fix=NOT_FULLY_CHECKED_FIX,
+                        subject=f"unresolved:{decision.unresolved}")
+    return replace(decision, error=None, allowed=False, violations=[*decision.violations, finding])

@@ -72,6 +72,33 @@ class StaticLookup:
         return bool(self._objects)
 
 
+class FirstFound:
+    """Several lookups in order: the first that has an object answers; lists are the union.
+
+    ``gpuguard audit FILES --lookup-cluster``: runtimes in the audited files win, the cluster's fill in
+    what the files lack (Kubeflow Trainer and KServe ship theirs as cluster objects).
+    """
+
+    def __init__(self, *lookups: Any) -> None:
+        self._lookups = lookups
+
+    def __call__(self, group: str, kind: str, namespace: str | None, name: str) -> dict | None:
+        for source in self._lookups:
+            found = source(group, kind, namespace, name)
+            if found is not None:
+                return found
+        return None
+
+    def list_objects(self, group: str, kind: str, namespace: str | None) -> list[dict] | None:
+        """Every lookup's objects of a kind (``None`` only when no lookup could list them)."""
+        lists = [source.list_objects(group, kind, namespace) for source in self._lookups]
+        listed = [items for items in lists if items is not None]
+        return [obj for items in listed for obj in items] if listed else None
+
+    def __bool__(self) -> bool:
+        return True
+
+
 class ApiLookup:
     """Objects read from the API server, cached; a client is made on first use."""
 

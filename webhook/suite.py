@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from gpuguard.webhook.config import Config, ConfigError, PolicySet, load_config
-from gpuguard.webhook.decision import Decision, RequestContext, Violation
+from gpuguard.webhook.decision import Decision, RequestContext, Violation, unresolved_as_finding
 from gpuguard.webhook.engine.core import Engine
 from gpuguard.webhook.engine.patch import make_patch
 from gpuguard.webhook.manifests import TOO_LARGE, UNREADABLE, ManifestError, load, parse_values, read_text
@@ -384,7 +384,7 @@ def _check(case: Case, result: CaseResult, nodes: Inventory | None = None) -> No
 
     engine = _nodes(case, engine, nodes)
     ctx = _context(_stored_under(request, obj), old, _objects(case))
-    decision = engine.evaluate(obj, ctx)
+    decision = unresolved_as_finding(engine.evaluate(obj, ctx))
     result.decision = decision
     mismatches = result.mismatches
     if decision.error:
@@ -444,7 +444,7 @@ def run_example(policy_id: str) -> CaseResult:
         result.error = engine if isinstance(engine, str) else f"{path}: expected one Kubernetes object"
         return result
     obj = docs[0].obj
-    decision = result.decision = engine.evaluate(obj, _context(Request(), None))
+    decision = result.decision = unresolved_as_finding(engine.evaluate(obj, _context(Request(), None)))
     if decision.error:
         result.mismatches.append(f"the engine could not evaluate the example: {decision.error}")
     if not decision.allowed:

@@ -184,3 +184,39 @@ def test_table_and_sarif_from_a_cluster(cluster, tmp_path: Path) -> None:
     assert locations and all("physicalLocation" not in loc for loc in locations)
     assert {loc["logicalLocations"][0]["fullyQualifiedName"] for loc in locations} >= {
         f"Job/{NS_A}/bert-pretrain"}
+
+
+def test_lookup_cluster_reads_the_runtime_a_trainjob_file_names(cluster, tmp_path) -> None:
+    """CI audits TrainJob manifests whose runtimes live in the cluster (Trainer ships them there)."""
+    cp = cluster
+    cp.install_crds("clustertrainingruntime")
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "torch-e2e-lookup"},
+               "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
+                   "name": "node", "template": {"spec": {"template": {"spec": {
+                       "restartPolicy": "OnFailure",
+                       "containers": [{"name": "node", "image": "pytorch/pytorch:2.7.1"}]}}}}}]}}}}
+    cp.kubectl("apply", "-f", "-", input=json.dumps(runtime))
+    trainjob = tmp_path / "trainjob.yaml"
+    trainjob.write_text(json.dumps({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "tune", "namespace": NS_A},
+        "spec": {"runtimeRef": {"name": "torch-e2e-lookup"},
+                 "trainer": {"numNodes": 1, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}}}}}))
+
+    def run(*args: str) -> tuple[int, dict]:
+        proc = subprocess.run([sys.executable, "-m", "gpuguard.webhook", "audit", str(trainjob), "--format", "json",
+                               *args], capture_output=True, text=True, cwd=ROOT, env={**cp.env, "CI": "1"},
+                              timeout=180)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        return proc.returncode, json.loads(proc.stdout)
+
+    code, data = run("--fail-on", "never")
+    (entry,) = data["results"]
+    assert code == 0 and [v["policy"] for v in entry["violations"]] == ["not-fully-checked"]
+    code, data = run("--lookup-cluster", "--kubeconfig", str(cp.kubeconfig))
+    (entry,) = data["results"]
+    policies = {v["policy"] for v in entry["violations"]}
+    assert "not-fully-checked" not in policies and "checkpoint-volume" in policies
+    assert all(v["path"].startswith("runtime ClusterTrainingRuntime torch-e2e-lookup: ") for v in entry["violations"])
+    assert entry["gpus"] == 8 and code == 1

@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from gpuguard.webhook.cli.common import add_nodes_flag, error, guard, load_config_or_exit, with_nodes_or_exit
+from gpuguard.webhook.decision import unresolved_as_finding
 from gpuguard.webhook.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
             error(f"{doc.location}: {doc.error.message}")
             continue
         # As the apiserver would get it: in the object's namespace, else the default one.
-        decision = engine.evaluate(doc.obj, file_context(doc.obj, args.namespace, None, runtimes or None))
+        ctx = file_context(doc.obj, args.namespace, None, runtimes or None)
+        decision = unresolved_as_finding(engine.evaluate(doc.obj, ctx))
         denied = denied or not decision.allowed
         if args.format == "json":
             results.append(decision.result_entry(doc.source, doc.index))

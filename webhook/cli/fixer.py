@@ -25,7 +25,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import SingleQuotedScalarString
 
-from gpuguard.webhook.decision import Decision, RequestContext, Violation
+from gpuguard.webhook.decision import Decision, RequestContext, Violation, unresolved_as_finding
 from gpuguard.webhook.engine.core import MUTATED_BY_ANNOTATION, Engine
 from gpuguard.webhook.engine.patch import make_patch
 from gpuguard.webhook.manifests import TOO_LARGE, document_marker, fill_list_item, is_list, parse_text, split_text
@@ -187,8 +187,8 @@ class Fixer:
         """The patch ``fix`` applies to ``obj`` (plain JSON) and the engine's decision."""
         meta = obj.get("metadata")
         ns = meta.get("namespace") if isinstance(meta, dict) and isinstance(meta.get("namespace"), str) else None
-        decision = self.engine.evaluate(obj, RequestContext(operation="CREATE", namespace=ns or self.namespace,
-                                                            read_object=self.lookup))
+        decision = unresolved_as_finding(self.engine.evaluate(
+            obj, RequestContext(operation="CREATE", namespace=ns or self.namespace, read_object=self.lookup)))
         if not decision.mutated_by or not isinstance(decision.mutated, dict):
             return [], decision
         target = _without_mutated_by(obj, orjson.loads(orjson.dumps(decision.mutated)))

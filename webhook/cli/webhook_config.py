@@ -14,12 +14,14 @@ import copy
 import re
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from gpuguard.webhook.cli.match_conditions import Filters, filters_from
 from gpuguard.webhook.exitcodes import ExitCode
 from gpuguard.workloads.kinds import KINDS, KindSpec
+
+if TYPE_CHECKING:  # the conditions load the policies (pydantic): not for `webhook-config --help`
+    from gpuguard.webhook.cli.match_conditions import Filters
 
 MUTATE_PATH = "/mutate"
 VALIDATE_PATH = "/validate"
@@ -231,6 +233,7 @@ def build_webhook_configurations(  # noqa: PLR0913 - keyword-only options
 
 def filters_for(config_path: str | None) -> Filters:
     """The matchConditions' inputs from the config at ``config_path`` (None: the built-in one)."""
+    from gpuguard.webhook.cli.match_conditions import filters_from
     from gpuguard.webhook.config import load_config
 
     return filters_from(load_config(config_path))
@@ -261,6 +264,7 @@ def _int(text: str) -> int:
 def _filters_or_error(config_path: str | None) -> Filters:
     """The filters for the CLI; says on stderr why there are no accelerator conditions when a policy
     needs every object."""
+    from gpuguard.webhook.cli.match_conditions import filters_from
     from gpuguard.webhook.config import ConfigError, load_config
 
     try:

@@ -271,12 +271,12 @@ class Engine:
             where = "it names no runtime" if key is None else f"{key[1]} {key[3]!r} not found"
             then = "name an existing runtime" if key is None else f"create the {key[1]} first, then the {kind.kind}"
             return self._fail(decision, f"its runtime could not be read ({where}), so its pods could not be "
-                              f"checked; {then}", ctx)
+                              f"checked; {then}", ctx, unresolved=where)
         made = kind.runtime.expand(obj, runtime)
         inner = self.evaluate(made, replace(ctx, operation="CREATE", old_object=None, mutate=True, validate=True))
         if inner.error or inner.skipped:
             decision.error, decision.skipped = inner.error, inner.skipped
-            decision.allowed = inner.allowed
+            decision.allowed, decision.unresolved = inner.allowed, inner.unresolved
             return decision
         assert key is not None
         prefix = f"runtime {key[1]} {key[3]}: "
@@ -300,7 +300,8 @@ class Engine:
         assert kind.merged_runtime is not None
         if resolved.runtime is None:
             return self._fail(decision, f"its serving runtime could not be resolved ({resolved.problem}), so its "
-                              "pods could not be checked; create the runtime first, or name an existing one", ctx)
+                              "pods could not be checked; create the runtime first, or name an existing one", ctx,
+                              unresolved=resolved.problem)
         self._decide(decision, obj, replace(ctx, validate=False), plain_json)
         if decision.error or decision.skipped:
             return decision
@@ -308,6 +309,7 @@ class Engine:
         inner = self.evaluate(merged, replace(ctx, operation="CREATE", old_object=None, mutate=False, validate=True))
         if inner.error or inner.skipped:
             decision.error, decision.skipped, decision.allowed = inner.error, inner.skipped, inner.allowed
+            decision.unresolved = inner.unresolved
             return decision
         prefix = f"with {resolved.kind} {resolved.name}: "
         decision.violations.extend(replace(v, path=prefix + v.path) for v in inner.violations)
@@ -327,13 +329,13 @@ class Engine:
         decision.invalid = True
         return decision
 
-    def _fail(self, decision: Decision, reason: str, ctx: RequestContext) -> Decision:
+    def _fail(self, decision: Decision, reason: str, ctx: RequestContext, unresolved: str | None = None) -> Decision:
         """What can't be judged: refused, unless the admin chose ``failureMode: open``.
 
         A trusted controller's request is never refused for it: the controller only carries out
         what gpuguard judged in the parent, and refusing it would stall the parent's rollout.
         """
-        decision.error = reason
+        decision.error, decision.unresolved = reason, unresolved
         decision.allowed = self.config.failure_mode == "open" or (
             bool(ctx.username) and self.config.controllers.is_controller(ctx.username))
         return decision
@@ -355,7 +357,7 @@ class Engine:
                 and not self.config.controllers.is_controller(ctx.username):
             path, text = unjudged[0]
             return self._fail(decision, f"{dotted(path)}: {text}; create the claim (template) first, or check "
-                              "its name and namespace", ctx)
+                              "its name and namespace", ctx, unresolved=f"{dotted(path)}: {text}")
 
         if mutating:
             assert raw is not None

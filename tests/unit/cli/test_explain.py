@@ -25,7 +25,7 @@ def test_policies_lists_the_registry(capsys) -> None:
         assert policy.phase in line and policy.default_action in line
     code, out, _ = run(capsys, "policies", "--format", "json")
     # the registry in engine order, then the engine's own check that every shell shares
-    assert [p["id"] for p in json.loads(out)] == [*REGISTRY, "invalid-quantity"]
+    assert [p["id"] for p in json.loads(out)] == [*REGISTRY, "invalid-quantity", "not-fully-checked"]
 
 
 def test_explain_knows_the_engines_invalid_quantity_check(capsys) -> None:

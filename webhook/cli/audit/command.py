@@ -58,6 +58,10 @@ def register(subparsers: Any) -> None:
     source.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, then "
                         "~/.kube/config)")
     source.add_argument("--context", help="kubeconfig context (default: the current one)")
+    source.add_argument("--lookup-cluster", action="store_true",
+                        help="with files: read what a workload names but the files lack (a TrainJob's "
+                        "TrainingRuntime, an InferenceService's ServingRuntime) from the current kubeconfig "
+                        "context; without it such a workload is reported not-fully-checked")
     source.add_argument("--chunk-size", type=_positive, default=500, metavar="N",
                         help="objects per list request (default: 500)")
     parser.add_argument("--config", metavar="FILE", help="GpuguardConfig file (default: the shipped default)")
@@ -113,11 +117,14 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise UsageError("nothing to audit: give manifest paths (or - for stdin) or --cluster")
     if args.all_namespaces and args.namespace:
         raise UsageError("--namespace and --all-namespaces exclude each other")
+    if args.lookup_cluster and not args.paths:
+        raise UsageError("--lookup-cluster reads what audited files name: give manifest paths")
     if not args.cluster:
         for flag, value in (("--all-namespaces", args.all_namespaces), ("--kubeconfig", args.kubeconfig),
                             ("--context", args.context)):
-            if value:
-                raise UsageError(f"{flag} needs --cluster")
+            if value and not (args.lookup_cluster and flag != "--all-namespaces"):
+                raise UsageError(f"{flag} needs --cluster" + ("" if flag == "--all-namespaces" else
+                                                            " or --lookup-cluster"))
     if args.paths.count(STDIN) > 1:
         raise UsageError("- (stdin) can be given once")
     if args.diff and args.format not in HUMAN_FORMATS and not args.output:
@@ -208,7 +215,7 @@ def _audit_files(args: argparse.Namespace, engine: Any, prices: cost.Prices, lab
     """
     from gpuguard.webhook import manifests
     from gpuguard.webhook.cli.audit.run import evaluate_all, file_context
-    from gpuguard.webhook.objects import READABLE, StaticLookup
+    from gpuguard.webhook.objects import READABLE, ApiLookup, FirstFound, StaticLookup
     from gpuguard.workloads.claims import PLURALS, StaticClaims
 
     report.sources.extend(manifests.STDIN_NAME if p == manifests.STDIN else p for p in args.paths)
@@ -228,7 +235,9 @@ def _audit_files(args: argparse.Namespace, engine: Any, prices: cost.Prices, lab
             yield doc
 
     named = [doc.obj for doc in documents(only_if=named_kinds) if doc.obj is not None]
-    runtimes = StaticLookup(named)
+    runtimes: Any = StaticLookup(named)
+    if args.lookup_cluster:  # the files' objects first, the cluster's for what they lack
+        runtimes = FirstFound(runtimes, ApiLookup(api=_cluster_api(args)))
     engine.claims = StaticClaims(named, origin="the audited files")
     del named
     pairs = ((doc, file_context(doc.obj, default_ns, labels, runtimes or None)) for doc in documents())
@@ -242,6 +251,18 @@ def _audit_files(args: argparse.Namespace, engine: Any, prices: cost.Prices, lab
     if ignored:
         report.notes.append(f"{ignored} documents that are not Kubernetes objects were ignored "
                             "(--ignore-non-kubernetes)")
+
+
+def _cluster_api(args: argparse.Namespace) -> Any:
+    """The custom-objects client of ``--kubeconfig``/``--context`` for ``--lookup-cluster``; a bad
+    kubeconfig is a usage error said once, before any file is read."""
+    from gpuguard.kubeapi.client import custom_objects
+    from gpuguard.webhook.cli.audit.cluster import ClusterError, connect
+
+    try:
+        return custom_objects(connect(args.kubeconfig, args.context).api)
+    except ClusterError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _audit_cluster(args: argparse.Namespace, conn: Any, engine: Any, prices: cost.Prices, report: AuditReport,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuguard.webhook.cli.audit import cost
-from gpuguard.webhook.decision import Decision, RequestContext
+from gpuguard.webhook.decision import Decision, RequestContext, unresolved_as_finding
 from gpuguard.webhook.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def _evaluate_one(doc: Document, ctx: RequestContext | None, evaluate: Evaluate,
     if doc.error is not None or doc.obj is None or ctx is None:
         return AuditItem(doc, namespace=ctx.namespace if ctx else None)
     try:
-        decision = evaluate(doc.obj, ctx)
+        decision = unresolved_as_finding(evaluate(doc.obj, ctx))
     except Exception as exc:  # a policy bug must not hide every other finding
         failure = f"the engine failed on this object: {type(exc).__name__}: {exc}"
         return AuditItem(doc, namespace=ctx.namespace, engine_error=failure)
