@@ -315,7 +315,10 @@ def test_evaluate_and_audit_resolve_claims_from_the_same_file(tmp_path):
     audit = subprocess.run([sys.executable, "-m", "gpuguard.webhook", "audit", str(only_pod), "--format", "json"],
                            capture_output=True, text=True, cwd=root, timeout=60)
     (result,) = json.loads(audit.stdout)["results"]
-    assert result["allowed"] is False and "it is not in the audited files" in result["error"]
+    # reported as what the input lacks: a not-fully-checked finding, not an engine error (exit 1, not 2)
+    (finding,) = result["violations"]
+    assert result["allowed"] is False and finding["policy"] == "not-fully-checked"
+    assert "it is not in the audited files" in finding["message"] and audit.returncode == 1
 
 
 @pytest.mark.parametrize("device_class,profile,cpu_per_device", [
