@@ -55,6 +55,7 @@ from _common import (
     Server,
     all_off_config_text,
     check_loopback,
+    code_version,
     free_port,
     gpuguard_server,
     machine,
@@ -394,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     wait = args.quiet_wait
 
     info = machine()
+    code = code_version()  # the servers load the code now: a commit made during the run is not what was measured
     packages = server_packages(args.python)
     print(f"machine: {machine_line(info)}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="gpuguard-bench-") as tmp, ExitStack() as stack:
@@ -433,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     tables = header + "\n" + render(summary, rate_points, memory, names, count, split, profile)
     print("\n" + tables)
     path = write_results(f"server{'-' + args.tag if args.tag else ''}", {
+        "code": code,
         "settings": {"rounds": count, "seconds_per_saturation_point": point, "seconds_per_rate_point": seconds,
                      "rates": rates, "endpoints": endpoints, "bodies": names, "variants": list(servers),
                      "wrk_connections": WRK_CONNECTIONS, "fixedrate_connections": FIXED_CONNECTIONS,
