@@ -17,6 +17,7 @@ import tomllib
 import yaml
 
 from tests.support.actionlint import actionlint
+from tests.support.helm import helm_version
 from tests.support.paths import REPO
 
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -106,6 +107,8 @@ def test_the_chart_is_pushed_as_an_oci_artifact_at_the_release_version():
     assert "helm push" in text and "oci://ghcr.io/" in text and "cosign sign --yes" in text
     setup = next(s for s in chart["steps"] if s.get("uses", "").startswith("azure/setup-helm"))
     assert re.fullmatch(r"v3\.\d+\.\d+", setup["with"]["version"])  # a pinned Helm, not "latest"
+    assert setup["with"]["version"] == helm_version()  # the Helm the chart tests lint and template with
+    assert (REPO / CHART / "Chart.yaml").is_file()
     assert "image" in chart["needs"]
 
 
