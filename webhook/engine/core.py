@@ -356,8 +356,11 @@ class Engine:
         if unjudged and origin is None and self.config.failure_mode == "closed" \
                 and not self.config.controllers.is_controller(ctx.username):
             path, text = unjudged[0]
-            return self._fail(decision, f"{dotted(path)}: {text}; create the claim (template) first, or check "
-                              "its name and namespace", ctx, unresolved=f"{dotted(path)}: {text}")
+            where = dotted(path)
+            # A DRA claim names another object; a serving kind's own fields (a KubeAI profile) say their fix.
+            then = "; create the claim (template) first, or check its name and namespace" \
+                if "resourceClaims" in where else ""
+            return self._fail(decision, f"{where}: {text}{then}", ctx, unresolved=f"{where}: {text}")
 
         if mutating:
             assert raw is not None
