@@ -11,6 +11,7 @@ report's order needs the totals first) and keeps only what it must: counts, neve
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TextIO
 
@@ -58,12 +59,16 @@ def open_writer(report: AuditReport, fmt: str, out: TextIO, options: RenderOptio
     return writer
 
 
-def render(report: AuditReport, fmt: str, out: TextIO, options: RenderOptions | None = None) -> None:
-    """Write ``report`` and the items it holds (``report.items``) to ``out`` in format ``fmt``."""
-    writer = open_writer(report, fmt, out, options)
+def write_all(writer: Writer, items: Iterable[AuditItem]) -> None:
+    """Hand ``items`` to an open writer, finish the report and close the writer (its spool too)."""
     try:
-        for item in report.items:
+        for item in items:
             writer.add(item)
         writer.finish()
     finally:
         writer.close()
+
+
+def render(report: AuditReport, fmt: str, out: TextIO, options: RenderOptions | None = None) -> None:
+    """Write ``report`` and the items it holds (``report.items``) to ``out`` in format ``fmt``."""
+    write_all(open_writer(report, fmt, out, options), report.items)

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from gpuguard.webhook import __version__
 from gpuguard.webhook.cli.audit import mutation
-from gpuguard.webhook.cli.audit.formats import RenderOptions
+from gpuguard.webhook.cli.audit.formats import RenderOptions, write_all
 from gpuguard.webhook.cli.audit.formats.spool import Spool
 from gpuguard.webhook.cli.audit.run import AuditItem, AuditReport
 
@@ -265,11 +265,5 @@ fail-on {escape(s['failOn'])} · <span class="exit{exit_code}">exit code {exit_c
 def build(report: AuditReport, now: dt.datetime | None = None) -> str:
     """The whole page of ``report``'s items as a string (for tests)."""
     out = io.StringIO()
-    writer = Writer(report, out, RenderOptions(), now=now)
-    try:
-        for item in report.items:
-            writer.add(item)
-        writer.finish()
-    finally:
-        writer.close()
+    write_all(Writer(report, out, RenderOptions(), now=now), report.items)
     return out.getvalue()

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import yaml
 
 from gpuguard.webhook.cli.audit import mutation
-from gpuguard.webhook.cli.audit.formats import RenderOptions
+from gpuguard.webhook.cli.audit.formats import RenderOptions, write_all
 from gpuguard.webhook.cli.audit.formats.spool import Spool
 from gpuguard.webhook.cli.audit.run import AuditItem, AuditReport
 from gpuguard.workloads.kinds import lookup
@@ -174,11 +174,5 @@ def build(report: AuditReport, now: float | None = None) -> list[dict[str, Any]]
     """The reports of ``report``'s items: a PolicyReport per namespace (sorted), then the ClusterPolicyReport
     (for tests: the text the writer writes, parsed)."""
     out = io.StringIO()
-    writer = Writer(report, out, RenderOptions(), now=now)
-    try:
-        for item in report.items:
-            writer.add(item)
-        writer.finish()
-    finally:
-        writer.close()
+    write_all(Writer(report, out, RenderOptions(), now=now), report.items)
     return [doc for doc in yaml.safe_load_all(out.getvalue()) if doc is not None]
