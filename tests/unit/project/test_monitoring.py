@@ -9,7 +9,6 @@ their expected annotations are filled in here from the rule file, so each text i
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -18,24 +17,23 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.gotool import GoTool
 from tests.support.paths import REPO
 
 MONITORING = REPO / "deploy" / "monitoring"
 RULES = MONITORING / "rules.yaml"
 RULE_TESTS = REPO / "tests" / "monitoring" / "rules.test.yaml"
-CACHE = Path(os.environ.get("GPUGUARD_E2E_CACHE", Path.home() / ".cache" / "gpuguard-e2e"))
 BUILD = REPO / "tests" / "support" / "promtool" / "build.sh"
 # Metrics the apiserver and Prometheus themselves export, which the rules and dashboard also read.
 FOREIGN_METRICS = {"up", "apiserver_admission_webhook_rejection"}  # suffixes (_count) cut off
 
 
+PROMTOOL = GoTool("promtool", "PROMETHEUS_VERSION", BUILD)
+
+
 @pytest.fixture(scope="module")
 def promtool() -> Path:
-    version = re.search(r'PROMETHEUS_VERSION:-(v[\d.]+)', BUILD.read_text()).group(1)  # type: ignore[union-attr]
-    binary = CACHE / "tools" / f"promtool-{version}"
-    if not binary.is_file():
-        subprocess.run(["bash", str(BUILD)], check=True, timeout=1800)
-    return binary
+    return PROMTOOL.require()
 
 
 def _rules() -> dict[str, dict[str, Any]]:
