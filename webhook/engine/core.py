@@ -274,19 +274,8 @@ class Engine:
                               f"checked; {then}", ctx, unresolved=where)
         made = kind.runtime.expand(obj, runtime)
         inner = self.evaluate(made, replace(ctx, operation="CREATE", old_object=None, mutate=True, validate=True))
-        if inner.error or inner.skipped:
-            decision.error, decision.skipped = inner.error, inner.skipped
-            decision.allowed, decision.unresolved = inner.allowed, inner.unresolved
-            return decision
         assert key is not None
-        prefix = f"runtime {key[1]} {key[3]}: "
-        decision.violations = [replace(v, path=prefix + v.path) for v in inner.violations]
-        decision.workload_class, decision.gpus = inner.workload_class, inner.gpus
-        decision.gpus_by_resource = inner.gpus_by_resource
-        if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) and decision.violations:
-            decision.violations = self._new_in_update(decision.violations, ctx, decision.gpus)
-        decision.allowed = not decision.denials
-        return decision
+        return self._judged_as(decision, inner, f"runtime {key[1]} {key[3]}: ", ctx)
 
     def _evaluate_with_runtime(self, decision: Decision, kind: kinds.KindSpec, obj: dict, ctx: RequestContext,
                                plain_json: bool, resolved: Resolved) -> Decision:
@@ -307,11 +296,15 @@ class Engine:
             return decision
         merged = kind.merged_runtime.merge(decision.mutated, resolved.runtime)
         inner = self.evaluate(merged, replace(ctx, operation="CREATE", old_object=None, mutate=False, validate=True))
+        return self._judged_as(decision, inner, f"with {resolved.kind} {resolved.name}: ", ctx)
+
+    def _judged_as(self, decision: Decision, inner: Decision, prefix: str, ctx: RequestContext) -> Decision:
+        """``decision`` takes the judgement of what its operator makes (``inner``): its findings, prefixed with
+        where they are, after the object's own; its class and counts; on UPDATE only what is new."""
         if inner.error or inner.skipped:
             decision.error, decision.skipped, decision.allowed = inner.error, inner.skipped, inner.allowed
             decision.unresolved = inner.unresolved
             return decision
-        prefix = f"with {resolved.kind} {resolved.name}: "
         decision.violations.extend(replace(v, path=prefix + v.path) for v in inner.violations)
         decision.workload_class, decision.gpus = inner.workload_class, inner.gpus
         decision.gpus_by_resource = inner.gpus_by_resource
