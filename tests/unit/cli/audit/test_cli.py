@@ -171,3 +171,27 @@ def test_ci_examples_use_real_flags() -> None:
     for flag in ("--format sarif", "--format junit", "--format html", "--fail-on", "--exclude", "--output"):
         assert flag in scripts
         assert flag.split()[0] in parser._subparsers._group_actions[0].choices["audit"].format_help()
+
+
+def test_table_diff_in_a_pipe_keeps_every_line_whole(tmp_path: Path) -> None:
+    """`gpuguard audit --diff | grep ...` must see full lines: no cropping at a terminal width."""
+    image = "registry.example.com/" + "very-long-path/" * 8 + "trainer:" + "a" * 40
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(f"""apiVersion: batch/v1
+kind: Job
+metadata: {{name: long, namespace: ml}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      volumes: [{{name: ckpt, persistentVolumeClaim: {{claimName: ckpt}}}}]
+      containers:
+      - name: trainer
+        image: {image}
+        volumeMounts: [{{name: ckpt, mountPath: /checkpoints}}]
+        resources: {{limits: {{nvidia.com/gpu: 1}}}}
+""")
+    proc = subprocess.run([sys.executable, "-m", "gpuguard.webhook", "audit", str(manifest), "--diff"],
+                          capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert len(image) > 120 and any(line.strip().endswith(image) for line in proc.stdout.splitlines())

@@ -98,7 +98,7 @@ def _item(item: AuditItem, options: RenderOptions) -> Group | None:
         gpus = _plural(item.cost.gpus, "GPU")
         parts.append(_indent(Text(f"cost at risk ≈ {_money(item.cost.usd_per_day)}/day ({gpus} x 24 h; {reasons})",
                                   style="dim")))
-    if options.diff and item.decision is not None and item.patch:
+    if options.diff and options.color and item.decision is not None and item.patch:
         diff = mutation.yaml_diff(item.decision.original, item.decision.mutated, item.label)
         parts.append(_indent(Syntax(diff, "diff", theme="ansi_dark", background_color="default")))
     return Group(*parts)
@@ -205,6 +205,10 @@ class Writer:
         if block is not None:
             self.console.print(block)
             self._flush()
+            if self.options.diff and not self.options.color and item.decision is not None and item.patch:
+                # In a pipe or a file the diff is written as it is: every line whole, for `| grep`.
+                diff = mutation.yaml_diff(item.decision.original, item.decision.mutated, item.label)
+                self.out.write("".join(f"  {line}\n" for line in diff.splitlines()))
 
     def finish(self) -> None:
         if self.items:
