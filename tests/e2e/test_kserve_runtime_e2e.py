@@ -10,16 +10,13 @@ from __future__ import annotations
 import uuid
 
 import pytest
-import yaml
 
 from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with
+from tests.support.tenant import TenantEnv
 
 pytestmark = pytest.mark.e2e
-USER = "alice"
 
 
-def dump(obj: dict) -> str:
-    return yaml.safe_dump(obj, sort_keys=False)
 
 
 def serving_runtime(name: str, gpus: int, fmt: str, namespace: str | None = None) -> dict:
@@ -46,28 +43,13 @@ def isvc(ns: str, name: str, min_replicas: int, fmt: str, runtime: str | None = 
             "spec": {"predictor": {"minReplicas": min_replicas, "model": model}}}
 
 
-class Env:
-    def __init__(self, cp):
-        self.cp = cp
-
-    def namespace(self) -> str:
-        ns = f"kserve-{uuid.uuid4().hex[:8]}"
-        self.cp.kubectl("create", "namespace", ns)
-        self.cp.kubectl("create", "rolebinding", "alice-admin", "--clusterrole=cluster-admin", f"--user={USER}",
-                        "-n", ns)
-        return ns
-
-    def apply(self, obj: dict, user: str | None = USER):
-        as_user = [f"--as={user}"] if user else []
-        return self.cp.kubectl(*as_user, "apply", "-f", "-", input=dump(obj), check=False)
-
 
 @pytest.fixture(scope="module")
 def env(control_plane, tmp_path_factory):
     cp = control_plane
     cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "priorityclasses.yaml"))
     cp.install_crds("inferenceservice", "servingruntime", "clusterservingruntime")
-    e = Env(cp)
+    e = TenantEnv(cp, "kserve")
     # The platform team's runtimes, before gpuguard first lists them (its lists are cached).
     for runtime in (serving_runtime("vllm-1gpu", 1, "vllm"), serving_runtime("big-8gpu", 8, "big")):
         assert e.apply(runtime, user=None).returncode == 0

@@ -9,41 +9,19 @@ namespace-scoped RoleBinding, operators as their service accounts (``kubectl --a
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
-import yaml
 
 from gpuguard.workloads.kinds.trainer import TRAINJOB
 from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with
+from tests.support.tenant import TenantEnv, dump
 
 pytestmark = pytest.mark.e2e
-USER = "alice"
 TRAINER = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def dump(obj: dict) -> str:
-    return yaml.safe_dump(obj, sort_keys=False)
 
-
-class Env:
-    def __init__(self, cp):
-        self.cp = cp
-
-    def namespace(self) -> str:
-        ns = f"ml-{uuid.uuid4().hex[:8]}"
-        self.cp.kubectl("create", "namespace", ns)
-        # The custom resources are not in the aggregated edit role: alice administers her namespace.
-        self.cp.kubectl("create", "rolebinding", "alice-admin", "--clusterrole=cluster-admin", f"--user={USER}",
-                        "-n", ns)
-        return ns
-
-    def apply(self, obj: dict, user: str = USER, check: bool = False):
-        return self.cp.kubectl(f"--as={user}", "apply", "-f", "-", input=dump(obj), check=check)
-
-    def get(self, *args: str) -> dict:
-        return self.cp.kubectl_json("get", *args)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +40,7 @@ def env(control_plane, tmp_path_factory):
                             kubeconfig=cp.kubeconfig)
     server.start()
     server.register(cp)
-    e = Env(cp)
+    e = TenantEnv(cp, "ml")
     probe = e.namespace()
     cp.wait_for(lambda: "priorityClassName" in json.dumps(
         e.get("rayservice", "probe", "-n", probe) if e.apply(rayservice(probe, "probe")).returncode == 0 else {}),

@@ -10,45 +10,20 @@ Deployments the operators' identities derive from an admitted object are left as
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
-import yaml
 
 from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with
+from tests.support.tenant import TenantEnv
 
 pytestmark = pytest.mark.e2e
-USER = "alice"
 DYNAMO = "system:serviceaccount:dynamo-system:dynamo-platform-dynamo-operator-controller-manager"
 NIM = "system:serviceaccount:nim-operator:nim-operator-k8s-nim-operator"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.6.1"
 
 
-def dump(obj: dict) -> str:
-    return yaml.safe_dump(obj, sort_keys=False)
 
-
-class Env:
-    def __init__(self, cp):
-        self.cp = cp
-
-    def namespace(self, *operators: str) -> str:
-        ns = f"serve-{uuid.uuid4().hex[:8]}"
-        self.cp.kubectl("create", "namespace", ns)
-        # The custom resources are not in the aggregated edit role: alice administers her namespace.
-        self.cp.kubectl("create", "rolebinding", "alice-admin", "--clusterrole=cluster-admin", f"--user={USER}",
-                        "-n", ns)
-        for i, operator in enumerate(operators):
-            self.cp.kubectl("create", "rolebinding", f"operator-{i}", "--clusterrole=cluster-admin",
-                            f"--user={operator}", "-n", ns)
-        return ns
-
-    def apply(self, obj: dict, user: str = USER):
-        return self.cp.kubectl(f"--as={user}", "apply", "-f", "-", input=dump(obj), check=False)
-
-    def get(self, *args: str) -> dict:
-        return self.cp.kubectl_json("get", *args)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +35,7 @@ def env(control_plane, tmp_path_factory):
                             kubeconfig=cp.kubeconfig)
     server.start()
     server.register(cp)
-    e = Env(cp)
+    e = TenantEnv(cp, "serve")
     probe = e.namespace()
     cp.wait_for(lambda: "tolerations" in json.dumps(
         e.get("nimservice", "probe", "-n", probe) if e.apply(nimservice(probe, "probe")).returncode == 0 else {}),
