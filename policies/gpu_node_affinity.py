@@ -39,7 +39,11 @@ class Settings(PolicySettings):
                                         "accelerator work.")
 
 
-def _add_to_every_term(template: PodTemplate, expression: dict) -> bool:
+# Where a pod spec keeps its required node selection terms.
+_REQUIRED = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+
+
+def _add_to_every_term(view: WorkloadView, template: PodTemplate, expression: dict) -> bool:
     node_selector = template.spec.get("nodeSelector")
     if isinstance(node_selector, dict) and expression["key"] in node_selector:
         return False  # the user's nodeSelector already decides this label
@@ -53,18 +57,21 @@ def _add_to_every_term(template: PodTemplate, expression: dict) -> bool:
         terms.append({"matchExpressions": [dict(expression)]})
         return True
     changed = False
-    for _, term in dicts(terms):
+    for i, term in dicts(terms):
         if not term.get("matchExpressions") and not term.get("matchFields"):
             continue  # an empty term matches no node: the user's (odd) choice, not ours to widen
         exprs = child_list(term, "matchExpressions")
         if exprs is not None and not any(e.get("key") == expression["key"] for _, e in dicts(exprs)):
             exprs.append({k: list(v) if isinstance(v, list) else v for k, v in expression.items()})
             changed = True
+            # the user's own term grew (a list without merge keys: client-side diffs see it)
+            view.extended((*template.spec_path, *_REQUIRED, i, "matchExpressions"), len(exprs) - 1, len(exprs),
+                          users=True)
     return changed
 
 
-def _prefer(template: PodTemplate, key: str, values: list[str], weight: int) -> bool:
-    return _prefer_expression(template, {"key": key, "operator": "In", "values": list(values)}, weight)
+def _prefer(view: WorkloadView, template: PodTemplate, key: str, values: list[str], weight: int) -> bool:
+    return _prefer_expression(view, template, {"key": key, "operator": "In", "values": list(values)}, weight)
 
 
 def _negations(view: WorkloadView) -> list[dict]:
@@ -108,7 +115,7 @@ def _hints_of(accelerators: Accelerators | None) -> list[str]:
     return list(dict.fromkeys([*keys, *PRODUCT_LABELS]))
 
 
-def _from_inventory(template: PodTemplate, inventory: Inventory, hints: list[str]) -> bool:
+def _from_inventory(view: WorkloadView, template: PodTemplate, inventory: Inventory, hints: list[str]) -> bool:
     resources = sorted(r for r in template.effective_gpus if "/" in r)
     if not resources:
         return False
@@ -119,7 +126,7 @@ def _from_inventory(template: PodTemplate, inventory: Inventory, hints: list[str
     if inventory.memo(key, lambda: _kept_on_eligible(inventory, resources, node_selector, terms)):
         return False  # the pod's own selection already keeps it on nodes with its accelerator (or on none)
     expression = inventory.selection_for(resources, hints)
-    return expression is not None and _add_to_every_term(template, expression)
+    return expression is not None and _add_to_every_term(view, template, expression)
 
 
 def _kept_on_eligible(inventory: Inventory, resources: list[str], node_selector: object, terms: list | None) -> bool:
@@ -129,7 +136,7 @@ def _kept_on_eligible(inventory: Inventory, resources: list[str], node_selector:
     return all(id(g) in eligible for g in inventory.groups if g.matches(selector, terms))
 
 
-def _from_profiles(template: PodTemplate, hints: list[str]) -> bool:
+def _from_profiles(view: WorkloadView, template: PodTemplate, hints: list[str]) -> bool:
     """No inventory: the profiles' picture, as a preference unless the admin made it required."""
     changed = False
     selected = _selected_keys(template) & set(hints)
@@ -138,13 +145,13 @@ def _from_profiles(template: PodTemplate, hints: list[str]) -> bool:
         if selection is None:
             continue
         if selection.required:
-            changed |= _add_to_every_term(template, selection.expression())
+            changed |= _add_to_every_term(view, template, selection.expression())
         elif not selected:
-            changed |= _prefer_expression(template, selection.expression(), 100)
+            changed |= _prefer_expression(view, template, selection.expression(), 100)
     return changed
 
 
-def _prefer_expression(template: PodTemplate, expression: dict, weight: int) -> bool:
+def _prefer_expression(view: WorkloadView, template: PodTemplate, expression: dict, weight: int) -> bool:
     affinity = child_dict(template.spec, "affinity")
     node_affinity = child_dict(affinity, "nodeAffinity")
     preferred = child_list(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution")
@@ -156,6 +163,8 @@ def _prefer_expression(template: PodTemplate, expression: dict, weight: int) -> 
         if any(e.get("key") == expression["key"] for _, e in dicts(exprs)):
             return False
     preferred.append({"weight": weight, "preference": {"matchExpressions": [dict(expression)]}})
+    view.extended((*template.spec_path, "affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution"),
+                  len(preferred) - 1, len(preferred))
     return True
 
 
@@ -166,15 +175,15 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     for template in view.templates:
         if template.gpus_per_pod:
             if view.inventory.known:
-                changed |= _from_inventory(template, view.inventory, hints)
+                changed |= _from_inventory(view, template, view.inventory, hints)
             else:
-                changed |= _from_profiles(template, hints)
+                changed |= _from_profiles(view, template, hints)
             for profile in template.profiles:
                 for pref in profile.spec.preferred:
-                    changed |= _prefer(template, pref.key, pref.values, pref.weight)
+                    changed |= _prefer(view, template, pref.key, pref.values, pref.weight)
         elif settings.keep_non_gpu_pods_off:
             for expression in _negations(view):
-                changed |= _add_to_every_term(template, expression)
+                changed |= _add_to_every_term(view, template, expression)
     return changed
 
 

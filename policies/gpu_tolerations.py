@@ -45,10 +45,15 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
         tolerations = child_list(template.spec, "tolerations")
         if tolerations is None:
             continue
+        before = len(tolerations)
         for tol in wanted:
             if not any(covers(existing, tol) for _, existing in dicts(tolerations)):
                 tolerations.append(tol)
                 changed = True
+        # A list without merge keys: client-side diffs see the user's list grown.  On a bare Pod the
+        # apiserver's own admission (DefaultTolerationSeconds) filled it, not the user.
+        if not view.kind.is_pod and not view.inherits(template, "tolerations"):
+            view.extended((*template.spec_path, "tolerations"), before, len(tolerations))
     return changed
 
 

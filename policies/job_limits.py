@@ -42,12 +42,12 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     changed = False
     if fields.backoff:
         changed |= set_int_field(view.obj, fields.backoff, settings.backoff_limit, settings.max_backoff_limit,
-                      fields.backoff_api_default)
+                                 fields.backoff_api_default, changes=view.changes)
     if fields.deadline:
         own = settings.by_class.get(view.workload_class)
         default, cap = (own.active_deadline_seconds, own.max_active_deadline_seconds) if own else (
             settings.active_deadline_seconds, settings.max_active_deadline_seconds)
-        changed |= set_int_field(view.obj, fields.deadline, default, cap)
+        changed |= set_int_field(view.obj, fields.deadline, default, cap, changes=view.changes)
     return changed
 
 

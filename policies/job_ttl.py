@@ -15,7 +15,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
-from gpuguard.workloads.paths import get_path, set_int_field
+from gpuguard.workloads.paths import Replaced, get_path, set_int_field
 from gpuguard.workloads.view import WorkloadView
 
 
@@ -46,8 +46,10 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
         value, parent = get_path(view.obj, path), get_path(view.obj, path[:-1])
         if cap is not None and isinstance(value, int) and not isinstance(value, bool) and value > cap:
             parent[path[-1]] = cap
+            view.changes.append(Replaced(path, value, cap, "capped"))
             changed = True
-    return set_int_field(view.obj, fields.ttl, settings.ttl_seconds_after_finished, cap) or changed
+    return set_int_field(view.obj, fields.ttl, settings.ttl_seconds_after_finished, cap,
+                         changes=view.changes) or changed
 
 
 def cpu_scope(settings: Settings) -> CpuScope:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
+from gpuguard.workloads.paths import Replaced
 from gpuguard.workloads.view import NEVER_PREEMPTING_KINDS, UNPRIVILEGED_CLASS, WorkloadView
 
 
@@ -43,8 +44,11 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
         if template.spec.get("priorityClassName"):
             continue
         template.spec["priorityClassName"] = name
-        template.spec.pop("priority", None)
-        template.spec.pop("preemptionPolicy", None)
+        for key in ("priority", "preemptionPolicy"):
+            dropped = template.spec.pop(key, None)
+            # On a bare Pod the apiserver's Priority admission wrote them, not the user.
+            if dropped is not None and not view.kind.is_pod:
+                view.changes.append(Replaced((*template.spec_path, key), dropped, None, "removed"))
         changed = True
     return changed
 

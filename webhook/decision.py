@@ -6,6 +6,7 @@ import it cheaply and render the same decision its own way.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -67,6 +68,49 @@ class Violation:
                 "fix": self.fix}
 
 
+_CHANGE_VALUE_LIMIT = 40
+
+
+def _shown(value: Any) -> str:
+    """A changed value as a warning shows it: strings as written, the rest as compact JSON, cut short."""
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
+    return text if len(text) <= _CHANGE_VALUE_LIMIT else text[: _CHANGE_VALUE_LIMIT - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Change:
+    """A value the user set that a mutating policy changed: a cap applied, a field dropped, a list grown.
+
+    Values gpuguard adds where the user set nothing are not changes: nothing in Git disagrees with
+    them.  Every shell shows changes through :attr:`text` (the webhook as a kubectl warning, ``evaluate``,
+    ``audit`` and ``fix`` in their reports), so they read the same everywhere.
+    """
+
+    policy: str
+    path: str  # where, list items by name: spec.template.spec.containers[trainer].resources.limits.memory
+    how: str  # capped | replaced | removed | extended (``old``/``new``: the list's lengths)
+    old: Any
+    new: Any
+    kind: str = ""
+
+    @property
+    def text(self) -> str:
+        """One line: ``[job-ttl] capped spec.ttlSecondsAfterFinished on the Job: 2592000 -> 604800 (...)``."""
+        on = f" on the {self.kind}" if self.kind else ""
+        if self.how == "extended":
+            added = self.new - self.old if isinstance(self.new, int) and isinstance(self.old, int) else 1
+            what = f"added {added} item{'s' if added != 1 else ''} to the user's {self.path}{on}"
+        else:
+            new = "(unset)" if self.how == "removed" else _shown(self.new)
+            what = f"{self.how} {self.path}{on}: {_shown(self.old)} -> {new}"
+        why = "the policy's maximum; " if self.how == "capped" else ""
+        return f"[{self.policy}] {what} ({why}gpuguard fix writes it into Git)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy, "path": self.path, "how": self.how, "old": self.old, "new": self.new,
+                "message": self.text}
+
+
 @dataclass
 class Decision:
     """The engine's answer for one object."""
@@ -81,6 +125,8 @@ class Decision:
     patch: list[dict[str, Any]] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
     mutated_by: list[str] = field(default_factory=list)
+    # Values the user set that the mutating policies changed (caps, dropped fields, grown lists).
+    changes: list[Change] = field(default_factory=list)
     workload_class: str | None = None
     gpus: int = 0  # GPUs the whole workload asks for (replicas x GPUs per pod)
     gpus_by_resource: dict[str, int] = field(default_factory=dict)
@@ -124,6 +170,7 @@ class Decision:
             "violations": [v.to_dict() for v in self.violations],
             "mutatedBy": list(self.mutated_by),
             "patch": self.patch,
+            "changes": [c.to_dict() for c in self.changes],
         }
         if self.skipped:
             entry["skipped"] = self.skipped

@@ -9,9 +9,28 @@ never overwrite a value of the wrong type; they leave it for the apiserver to re
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """A value the user set that a mutating policy changed, recorded where the policy writes it.
+
+    The engine names the policy that was running and warns with it (``gpuguard.webhook.decision.Change``):
+    a capped TTL or a dropped field otherwise leaves Git and the cluster disagreeing with nobody told.
+    ``how`` is ``capped`` (a number lowered to a maximum), ``replaced``, ``removed`` (``new`` is None) or
+    ``extended`` (items appended to a list the user wrote whose items have no merge key, so every
+    client-side diff sees them; ``old`` and ``new`` are the list's lengths).  Values a policy adds where
+    the user set nothing are not recorded: nothing in Git disagrees with them.
+    """
+
+    path: Path
+    old: Any
+    new: Any
+    how: str = "replaced"
 
 
 def get_path(obj: Any, path: Path) -> Any:
@@ -72,12 +91,14 @@ def dicts(value: Any) -> Iterator[tuple[int, dict]]:
                 yield i, item
 
 
-def set_int_field(obj: dict, path: Path, default: int, maximum: int | None, api_default: int | None = None) -> bool:
+def set_int_field(obj: dict, path: Path, default: int, maximum: int | None, api_default: int | None = None,
+                  changes: list[Replaced] | None = None) -> bool:
     """Set an integer field at ``path`` when absent, cap it at ``maximum`` when above.
 
     Used by the job policies (TTL, deadline, backoff), each of which owns one field and leaves
     a wrong-typed value alone.  ``api_default`` is the value the apiserver fills in before
-    webhooks run (Job's ``backoffLimit: 6``); it counts as absent.  Returns whether it changed
+    webhooks run (Job's ``backoffLimit: 6``); it counts as absent.  A cap is recorded in
+    ``changes`` (the view's), a default where nothing was set is not.  Returns whether it changed
     anything, which names the policy in the mutated-by annotation.
     """
     parent = obj
@@ -97,5 +118,7 @@ def set_int_field(obj: dict, path: Path, default: int, maximum: int | None, api_
         return True
     if isinstance(current, int) and not isinstance(current, bool) and maximum is not None and current > maximum:
         parent[last] = maximum
+        if changes is not None:
+            changes.append(Replaced(path, current, maximum, "capped"))
         return True
     return False

@@ -23,7 +23,7 @@ from gpuguard.workloads.claims import ClaimSource, attach_claims
 from gpuguard.workloads.containers import Container, SparkContainer, container_gpus
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
-from gpuguard.workloads.paths import Path, child_dict, child_list, dicts, dotted, get_path
+from gpuguard.workloads.paths import Path, Replaced, child_dict, child_list, dicts, dotted, get_path
 from gpuguard.workloads.serving import SERVING_SHAPES, inherited_pod_fields, main_container, unread_claims
 
 __all__ = ["NEVER_PREEMPTING_KINDS", "PRIVILEGED_CLASSES", "UNPRIVILEGED_CLASS", "WORKLOAD_CLASSES",
@@ -280,6 +280,25 @@ class WorkloadView:
     # Pod specs the view created where the kind allows them to be absent (a Dynamo service without
     # ``extraPodSpec``), as (parent, key): removed again by ``settle`` when no policy wrote into them.
     created: list[tuple[dict, str]] = field(default_factory=list)
+    # Values the user set that policies changed (``gpuguard.workloads.paths.Replaced``), in the order written:
+    # the engine attributes each to the policy that was running and warns about it.
+    changes: list[Replaced] = field(default_factory=list)
+
+    def extended(self, path: Path, before: int, after: int, users: bool | None = None) -> None:
+        """Record items appended to a list the user wrote (``users``; by default: it had ``before`` items), not
+        to a list gpuguard started.  Appends to one list are one change, from the user's length to the last."""
+        if not (before if users is None else users) or after <= before:
+            return
+        last = self.changes[-1] if self.changes else None
+        if last is not None and last.how == "extended" and last.path == path:
+            self.changes[-1] = Replaced(path, last.old, after, "extended")
+        else:
+            self.changes.append(Replaced(path, before, after, "extended"))
+
+    def inherits(self, template: PodTemplate, key: str) -> bool:
+        """Whether the template's ``key`` is a copy of the object's (Argo's workflow-level tolerations):
+        not a list the user wrote there."""
+        return any(t is template and k == key for t, k, _, _ in self.inherited)
 
     @property
     def name(self) -> str:

@@ -32,7 +32,7 @@ import orjson
 from gpuguard.policies.base import Finding, MutatingPolicy, PolicySettings
 from gpuguard.webhook.config import Config, PolicySet
 from gpuguard.webhook.custom import evaluate as custom_rules
-from gpuguard.webhook.decision import ACTION_TO_VERDICT, Decision, RequestContext, Violation
+from gpuguard.webhook.decision import ACTION_TO_VERDICT, Change, Decision, RequestContext, Violation
 from gpuguard.webhook.engine import prechecks
 from gpuguard.webhook.engine.patch import make_patch
 from gpuguard.webhook.engine.update import keep_immutable, subject
@@ -43,7 +43,7 @@ from gpuguard.workloads.classify import operator_class
 from gpuguard.workloads.controllers import ControllerOrigin
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds.spec import Resolved
-from gpuguard.workloads.paths import dotted
+from gpuguard.workloads.paths import Replaced, dotted, get_path
 from gpuguard.workloads.view import (
     WORKLOAD_CLASS_LABEL,
     WORKLOAD_CLASSES,
@@ -89,6 +89,24 @@ def _not_in_shape(kind: str, policies: list[str]) -> Violation:
 def _unreadable(group: str, kind: str, namespace: str | None, name: str) -> None:
     """The reader where nothing can be looked up."""
     return None
+
+
+def _kept(change: Replaced, work: dict) -> bool:
+    """Whether a recorded change is in the object the engine answers with (UPDATE may lay a stored
+    immutable field back over it, Knative take back what it would refuse)."""
+    now = get_path(work, change.path)
+    if change.how == "removed":
+        return now is None
+    if change.how == "extended":
+        return isinstance(now, list) and len(now) >= change.new
+    return bool(now == change.new)
+
+
+def _changes(recorded: list[Replaced], owners: list[str], work: dict, kind: str) -> list[Change]:
+    """What the policies recorded of the user's values, named by policy and by a path users read
+    (list items by name), as far as it is still in the answer."""
+    return [Change(policy, subject(work, r.path), r.how, r.old, r.new, kind)
+            for r, policy in zip(recorded, owners, strict=True) if _kept(r, work)]
 
 
 def _meta(obj: dict) -> dict:
@@ -355,23 +373,10 @@ class Engine:
                 if "resourceClaims" in where else ""
             return self._fail(decision, f"{where}: {text}{then}", ctx, unresolved=f"{where}: {text}")
 
+        owners: list[str] = []  # the policy that recorded each of view.changes
         if mutating:
             assert raw is not None
-            served = self._knative_templates(view)
-            for policy, settings in policy_set.mutating:
-                if settings.action == "enforce" and not served:  # nothing for Knative to take back
-                    if policy.run(view, settings):
-                        decision.mutated_by.append(policy.id)
-                elif settings.action == "enforce":
-                    before = [copy.deepcopy(t.spec) for t in served]
-                    if policy.run(view, settings):
-                        taken_back = self._knative_take_back(policy.id, served, before)
-                        decision.violations.extend(taken_back)
-                        # A policy whose every change Knative would refuse changed nothing after all.
-                        if not taken_back or any(t.spec != b for t, b in zip(served, before, strict=True)):
-                            decision.mutated_by.append(policy.id)
-                else:
-                    decision.violations.extend(self._would_mutate(policy, settings, kind, raw, ctx, workload_class))
+            owners = self._mutate(decision, view, policy_set, kind, raw, ctx, workload_class)
             old = ctx.old_object
             if decision.mutated_by and ctx.operation == "UPDATE" and isinstance(old, dict) and kind.immutable:
                 keep_immutable(kind, work, original, old, lambda: self._mutated_copy(old, kind, ctx, policy_set))
@@ -396,10 +401,36 @@ class Engine:
         # Policies report their changes (and warn-mode ones work on scratch copies), so an
         # unchanged object needs no diff: the common case for controller-created pods.
         decision.patch = make_patch(original, work) if decision.mutated_by else []
+        if view.changes and decision.mutated_by:
+            decision.changes = _changes(view.changes, owners, work, decision.kind)
         decision.allowed = not decision.denials
         return decision
 
     # ------------------------------------------------------------------ mutation helpers
+    def _mutate(self, decision: Decision, view: WorkloadView, policy_set: PolicySet, kind: kinds.KindSpec,
+                raw: bytes, ctx: RequestContext, workload_class: str) -> list[str]:
+        """Run the mutating policies in order on the view; returns the policy that recorded each of
+        ``view.changes`` (they run one at a time, so what one records is its own: no per-policy copy or diff)."""
+        owners: list[str] = []
+        served = self._knative_templates(view)
+        for policy, settings in policy_set.mutating:
+            if settings.action == "enforce" and not served:  # nothing for Knative to take back
+                if policy.run(view, settings):
+                    decision.mutated_by.append(policy.id)
+            elif settings.action == "enforce":
+                before = [copy.deepcopy(t.spec) for t in served]
+                if policy.run(view, settings):
+                    taken_back = self._knative_take_back(policy.id, served, before)
+                    decision.violations.extend(taken_back)
+                    # A policy whose every change Knative would refuse changed nothing after all.
+                    if not taken_back or any(t.spec != b for t, b in zip(served, before, strict=True)):
+                        decision.mutated_by.append(policy.id)
+            else:
+                decision.violations.extend(self._would_mutate(policy, settings, kind, raw, ctx, workload_class))
+            if len(view.changes) > len(owners):
+                owners.extend([policy.id] * (len(view.changes) - len(owners)))
+        return owners
+
     def _knative_templates(self, view: WorkloadView) -> list:
         """Templates Knative will serve, when some pod fields are gated (``gpuguard.workloads.knative``)."""
         if not self.config.knative_gated:

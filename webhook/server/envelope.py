@@ -16,7 +16,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
-from gpuguard.webhook.decision import Decision, Violation
+from gpuguard.webhook.decision import Change, Decision, Violation
 
 API_VERSION = "admission.k8s.io/v1"
 
@@ -196,6 +196,11 @@ def warning_text(violation: Violation) -> str:
     return truncate(short if len(short) < len(full) else full, WARNING_HARD_LIMIT)
 
 
+def change_warning(change: Change) -> str:
+    """``gpuguard [job-ttl] capped spec.ttlSecondsAfterFinished on the Job: 2592000 -> 604800 (…)``."""
+    return truncate(_one_line(f"gpuguard {change.text}"), WARNING_HARD_LIMIT)
+
+
 def cap_warnings(texts: list[str]) -> list[str]:
     """Keep whole warnings while the total stays under the header budget; say how many were cut."""
     kept: list[str] = []
@@ -258,8 +263,12 @@ def from_decision(uid: str, kind: str, decision: Decision, *, with_patch: bool) 
         code, reason = (422, "Invalid") if decision.invalid else (403, "Forbidden")
         response["status"] = {"status": "Failure", "code": code, "reason": reason,
                               "message": denial_message(kind, denials)}
-    if decision.warnings:
-        response["warnings"] = cap_warnings([warning_text(v) for v in decision.warnings])
+    warnings = [warning_text(v) for v in decision.warnings]
+    if allowed and with_patch and decision.patch:
+        # What gpuguard changed of the user's own values: without it a capped TTL is a silent drift from Git.
+        warnings.extend(change_warning(c) for c in decision.changes)
+    if warnings:
+        response["warnings"] = cap_warnings(warnings)
     if decision.audits:
         response["auditAnnotations"] = audit_annotations(decision.audits)
     return review(uid, response)
