@@ -61,15 +61,18 @@ def create_ca(
     days: int = DEFAULT_CA_DAYS,
     key_type: KeyType = "ec",
     now: dt.datetime | None = None,
+    lifetime: dt.timedelta | None = None,
 ) -> tuple[x509.Certificate, PrivateKey]:
     """A self-signed CA that may sign leaf certificates only (``path_length=0``).
 
     The CA lives much longer than the serving cert because its PEM sits in the webhook
-    configurations' ``caBundle``: renewing the leaf then needs no cluster change.
+    configurations' ``caBundle``: renewing the leaf then needs no cluster change.  ``lifetime``
+    overrides ``days`` (the server's self-managed mode counts in any unit, tests in seconds).
     """
-    if days < 1:
+    if lifetime is None and days < 1:
         raise ValueError("CA validity must be at least 1 day")
     now = now or _now()
+    validity = lifetime if lifetime is not None else dt.timedelta(days=days)
     key = generate_key(key_type)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
@@ -80,7 +83,7 @@ def create_ca(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(now + dt.timedelta(days=days))
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -105,20 +108,22 @@ def issue_serving_cert(
     days: int = DEFAULT_SERVING_DAYS,
     key_type: KeyType = "ec",
     now: dt.datetime | None = None,
+    lifetime: dt.timedelta | None = None,
 ) -> tuple[x509.Certificate, PrivateKey]:
-    """A TLS server certificate for the webhook, signed by ``ca_cert``.
+    """A TLS server certificate for the webhook, signed by ``ca_cert`` (``lifetime`` overrides ``days``).
 
     The leaf never outlives its CA: a chain whose CA expired first fails verification anyway,
     so capping ``notAfter`` makes the expiry metric (``gpuguard_cert_expiry_timestamp_seconds``) tell the truth.
     """
-    if days < 1:
+    if lifetime is None and days < 1:
         raise ValueError("serving certificate validity must be at least 1 day")
     now = now or _now()
     ip_list = [ipaddress.ip_address(ip) if isinstance(ip, str) else ip for ip in ips]
     if not dns_names and not ip_list:
         raise ValueError("a serving certificate needs at least one DNS name or IP address")
     key = generate_key(key_type)
-    not_after = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
+    validity = lifetime if lifetime is not None else dt.timedelta(days=days)
+    not_after = min(now + validity, ca_cert.not_valid_after_utc)
     if not_after <= now:
         raise ValueError("the CA has expired; create a new CA (and re-inject caBundle)")
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]

@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -23,6 +24,9 @@ from gpuguard.webhook.server import filewatch, limits, logs, metrics, protocol, 
 from gpuguard.webhook.server.namespaces import NamespaceLabels
 from gpuguard.webhook.server.review import handle_review, json_response
 from gpuguard.webhook.server.state import Active, ServerState, ServeSettings, build_active
+
+if TYPE_CHECKING:
+    from gpuguard.webhook.server.certwatch import SelfManagedCerts
 
 SETTINGS_ENV = "GPUGUARD_SERVE_SETTINGS"
 
@@ -54,7 +58,7 @@ def _watchers(server: ServerState, settings: ServeSettings) -> list[filewatch.Wa
         config = filewatch.Watcher(settings.reload_interval, name="config")
         config.add((settings.config_path,), server.reload_config)
         watchers.append(config)
-    if server.tls is not None:
+    if server.tls is not None and server.certs is None:  # self-managed: certwatch reloads what it writes
         certs = filewatch.Watcher(settings.reload_interval, name="tls")
         certs.add((server.tls.cert_path, server.tls.key_path), server.tls.reload)
         watchers.append(certs)
@@ -78,9 +82,12 @@ def _start_watches(server: ServerState, settings: ServeSettings) -> None:
                                         pool_refresh=settings.nodepool_refresh)
 
 
-def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI:
-    """The ASGI app for one process; loads the config unless the caller already did."""
+def create_app(settings: ServeSettings, active: Active | None = None,
+               certs: SelfManagedCerts | None = None) -> FastAPI:
+    """The ASGI app for one process; loads the config unless the caller already did.  ``certs``:
+    the self-managed certificates (``--self-managed-certs``), kept in step by a background task."""
     server = ServerState(settings, active or build_active(settings.config_path))
+    server.certs = certs
     protocol.configure(settings.read_timeout, settings.max_connections, settings.max_connections_per_client)
     if settings.namespace_labels:
         server.namespaces = NamespaceLabels.from_kubeconfig(settings.kubeconfig)
@@ -92,6 +99,10 @@ def create_app(settings: ServeSettings, active: Active | None = None) -> FastAPI
         server.tls = tls.process_tls() if settings.tls_cert else None
         tasks = [asyncio.create_task(w.run(), name=f"gpuguard-reload-{w.name}")
                  for w in _watchers(server, settings)]
+        if server.certs is not None and server.tls is not None:
+            live_tls = server.tls
+            tasks.append(asyncio.create_task(server.certs.run(live_tls.reload, lambda: live_tls.cert_pem),
+                                             name="gpuguard-selfmanaged-certs"))
         _tune_gc()
         _tune_threads()
         try:

@@ -23,6 +23,7 @@ from gpuguard.webhook.server.limits import (
 )
 
 if TYPE_CHECKING:
+    from gpuguard.webhook.server.certwatch import SelfManagedCerts
     from gpuguard.webhook.server.state import Active
 
 
@@ -78,6 +79,49 @@ def _tls_paths(args: argparse.Namespace) -> tuple[str, str]:
     except (OSError, ssl.SSLError, ValueError) as exc:
         raise StartupError(f"TLS certificate {cert} and key {key} are not a usable pair: {exc}") from None
     return cert, key
+
+
+def _self_managed(args: argparse.Namespace) -> SelfManagedCerts:
+    """``--self-managed-certs``: the Secret brought to a servable state before the server listens."""
+    import ipaddress
+
+    from gpuguard.certs import selfmanaged as sm
+    from gpuguard.certs.issue import serving_dns_names
+    from gpuguard.kubeapi.client import KubeConfigError, connect
+    from gpuguard.webhook.server import certwatch
+
+    if args.tls_cert or args.tls_key or args.dev_certs:
+        raise StartupError("--self-managed-certs replaces --tls-cert/--tls-key/--dev-certs: give one or the other")
+    if args.workers != 1:
+        raise StartupError("--self-managed-certs runs one worker per process (scale with replicas)")
+    try:
+        lifetimes = sm.Lifetimes(sm.parse_duration(args.ca_lifetime), sm.parse_duration(args.serving_lifetime),
+                                 sm.parse_duration(args.ca_overlap))
+    except ValueError as exc:
+        raise StartupError(f"--ca-lifetime/--serving-lifetime/--ca-overlap: {exc}") from None
+    if lifetimes.problems():
+        raise StartupError("; ".join(lifetimes.problems()))
+    if args.cert_check_interval <= 0:
+        raise StartupError("--cert-check-interval must be more than 0 seconds")
+    try:
+        connection = connect(args.kubeconfig)
+    except KubeConfigError as exc:
+        raise StartupError(f"--self-managed-certs: {exc}") from None
+    namespace = args.self_managed_namespace or connection.namespace
+    ips, names = [], list(serving_dns_names(args.self_managed_service, namespace))
+    for host in args.self_managed_host or ():
+        try:
+            ips.append(str(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(host)
+    opts = certwatch.Options(args.self_managed_certs, namespace, sm.Hosts(tuple(names), tuple(ips)), lifetimes,
+                             args.webhooks_configmap, args.self_managed_dir or "", args.cert_check_interval)
+    try:
+        certs = certwatch.from_client(connection.api, opts)
+        certs.bootstrap()
+    except (certwatch.CertSetupError, OSError) as exc:
+        raise StartupError(f"--self-managed-certs {namespace}/{args.self_managed_certs}: {exc}") from None
+    return certs
 
 
 def _load(config_path: str | None) -> Active:
@@ -144,9 +188,14 @@ def run_serve(args: argparse.Namespace) -> int:
     from gpuguard.webhook.server.state import ServeSettings
 
     logs.configure(args.log_level)
+    certs = None
     try:
         _check_numbers(args)
-        cert, key = _tls_paths(args)
+        if args.self_managed_certs:
+            certs = _self_managed(args)
+            cert, key = certs.cert_path, certs.key_path
+        else:
+            cert, key = _tls_paths(args)
         active = _load(args.config)
         if args.namespace_labels or args.dra_claims or args.node_inventory:
             _check_kube_credentials(args.kubeconfig)
@@ -178,7 +227,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if settings.workers == 1:
         # The socket bound above is handed over as it is.  (Not as uvicorn's ``fd``: uvicorn takes an
         # fd for a Unix socket, so TCP_NODELAY is never set and Nagle + delayed ACKs add ~40 ms.)
-        server = uvicorn.Server(uvicorn.Config(create_app(settings, active), **common))
+        server = uvicorn.Server(uvicorn.Config(create_app(settings, active, certs), **common))
         server.run(sockets=[sock])
         return 0 if server.started else 1
     sock.close()  # the address was free a moment ago: uvicorn's supervisor binds it for the workers
@@ -209,6 +258,37 @@ def register(subparsers: Any) -> None:
                              "with --tls-ca: the names of the certificate in use at start)")
     parser.add_argument("--dev-certs", metavar="DIR",
                         help="without --tls-cert/--tls-key: issue (or reuse) a local CA and cert in DIR")
+    managed = parser.add_argument_group(
+        "self-managed certificates", "the server keeps its own CA and serving certificate in a Secret, writes "
+        "the webhooks with their caBundle into its own two configurations and rotates both before expiry "
+        "(docs/admin.md#certificates)")
+    managed.add_argument("--self-managed-certs", metavar="SECRET",
+                         help="the Secret holding the CA and serving certificate (instead of --tls-cert/--tls-key); "
+                              "needs get/update on it, get on --webhooks-configmap and get/update on the two "
+                              "webhook configurations it names")
+    managed.add_argument("--self-managed-namespace", metavar="NS",
+                         help="the Secret's and ConfigMap's namespace (default: the pod's, or the kubeconfig "
+                              "context's)")
+    managed.add_argument("--self-managed-service", default="gpuguard", metavar="NAME",
+                         help="the Service the certificate names: NAME, NAME.NS, NAME.NS.svc[.cluster.local] "
+                              "(default: %(default)s)")
+    managed.add_argument("--self-managed-host", action="append", metavar="HOST",
+                         help="one more DNS name or IP the certificate names, e.g. for url webhooks (repeatable)")
+    managed.add_argument("--self-managed-dir", metavar="DIR",
+                         help="where this replica keeps the pair it serves (default: a private temp directory; "
+                              "the manifests mount a memory-backed emptyDir)")
+    managed.add_argument("--webhooks-configmap", default="gpuguard-webhooks", metavar="NAME",
+                         help="ConfigMap whose webhooks.yaml holds the two full webhook configurations to write "
+                              "(default: %(default)s)")
+    managed.add_argument("--ca-lifetime", default="1095d", metavar="DURATION",
+                         help="CA lifetime; rotated with an overlap at 2/3 of it (default: %(default)s)")
+    managed.add_argument("--serving-lifetime", default="90d", metavar="DURATION",
+                         help="serving certificate lifetime; renewed at 2/3 of it (default: %(default)s)")
+    managed.add_argument("--ca-overlap", default="10m", metavar="DURATION",
+                         help="in a CA rotation, how long the webhooks trust the new CA before it signs the "
+                              "served certificate, and the old one stays trusted after (default: %(default)s)")
+    managed.add_argument("--cert-check-interval", type=float, default=10.0, metavar="SECONDS",
+                         help="how often the Secret and the webhook configurations are checked (default: %(default)s)")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8443, help="port to listen on (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=1,

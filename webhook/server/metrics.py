@@ -74,6 +74,12 @@ CERT_EXPIRY = Gauge(
     "notAfter of the serving certificate in use, as a Unix timestamp.",
     multiprocess_mode="mostrecent",
 )
+CERT_STEPS = Counter(
+    "gpuguard_selfmanaged_cert_steps_total",
+    "--self-managed-certs: steps written (create, renew, stage, mark, switch, retire, webhooks); conflict "
+    "means another replica wrote first, error a pass that failed (the certificate in use stays).",
+    ["step", "result"],
+)
 
 for _result in ("success", "error"):
     CONFIG_RELOADS.labels(result=_result)

@@ -26,6 +26,7 @@ from gpuguard.webhook.server.namespaces import NamespaceLabels, profiles_use_lab
 if TYPE_CHECKING:
     from gpuguard.webhook.config import Config
     from gpuguard.webhook.engine.core import Engine
+    from gpuguard.webhook.server.certwatch import SelfManagedCerts
     from gpuguard.webhook.server.envelope import AdmissionRequest
     from gpuguard.webhook.server.nodewatch import NodeWatch
     from gpuguard.workloads.inventory import Inventory
@@ -95,6 +96,7 @@ class ServerState:
         self.nodes: NodeWatch | None = None  # --node-inventory: the engine's node groups follow it
         self.workloads = scale.WorkloadReader(settings.kubeconfig)  # what a `kubectl scale` scales
         self.objects = ApiLookup(settings.kubeconfig)  # TrainJob runtimes, read before the engine
+        self.certs: SelfManagedCerts | None = None  # --self-managed-certs: the Secret and webhooks kept in step
 
     async def namespace_labels(self, req: AdmissionRequest) -> dict[str, str]:
         if self.namespaces is None or not profiles_use_labels(self.active.config):
@@ -119,9 +121,10 @@ class ServerState:
         expiry while its replacement was refused (the config is loaded before the app exists)."""
         if self.settings.tls_cert and self.tls is None:
             return ["TLS certificate not loaded"]
-        if self.tls is not None:
-            return self.tls.problems()
-        return []
+        problems = self.tls.problems() if self.tls is not None else []
+        if self.certs is not None:
+            problems += self.certs.problems()
+        return problems
 
     async def reload_config(self) -> None:
         """Swap in the edited config; on any error keep the engine in force and say why."""

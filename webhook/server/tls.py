@@ -199,6 +199,7 @@ class TlsState:
 
     def _serving(self, material: TlsMaterial) -> None:
         leaf = material.leaf()
+        self.cert_pem = material.cert_pem  # what is served now (self-managed mode compares it with its Secret)
         self.not_before, self.not_after = leaf.not_valid_before_utc, leaf.not_valid_after_utc
         metrics.CERT_EXPIRY.set(self.not_after.timestamp())
 
