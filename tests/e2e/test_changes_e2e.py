@@ -1,0 +1,79 @@
+"""What gpuguard changed of a user's own values, as ``kubectl apply`` prints it through a real kube-apiserver.
+
+A user (``alice``, a namespace-scoped RoleBinding) applies a Job asking a 30-day TTL next to her own spot
+toleration: the apiserver stores the capped TTL and the grown list, and kubectl prints one
+``Warning: gpuguard [policy] ...`` line for each, on the first apply and on every re-apply of the same
+manifest (what GitOps does), because Git and the cluster keep disagreeing there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with
+from tests.support.tenant import TenantEnv
+
+pytestmark = pytest.mark.e2e
+THIRTY_DAYS, SEVEN_DAYS = 30 * 86400, 7 * 86400
+SPOT = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def env(control_plane, tmp_path_factory):
+    cp = control_plane
+    cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "priorityclasses.yaml"))
+    server = GpuguardServer(tmp_path_factory.mktemp("gpuguard"), default_config_with("ml-exempt"))
+    server.start()
+    server.register(cp)
+    e = TenantEnv(cp, "gitops")
+    probe = e.namespace()
+    cp.wait_for(lambda: "Warning: gpuguard [job-ttl]" in e.apply(job(probe, "probe")).stderr, timeout=60,
+                message="gpuguard's webhooks in force")
+    yield e
+    server.stop()
+    print(f"\n[e2e] gpuguard log: {server.log}")
+
+
+def job(ns: str, name: str, ttl: int = THIRTY_DAYS) -> dict:
+    trainer = {"name": "trainer", "image": "ghcr.io/example/train:1", "command": ["python", "train.py"],
+               "resources": {"limits": {"nvidia.com/gpu": 1}},
+               "volumeMounts": [{"name": "ckpt", "mountPath": "/checkpoints"}]}
+    pod = {"restartPolicy": "Never", "containers": [trainer], "tolerations": [SPOT],
+           "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}]}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
+            "spec": {"ttlSecondsAfterFinished": ttl, "template": {"spec": pod}}}
+
+
+def _warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("Warning: gpuguard [")]
+
+
+def test_applying_a_30_day_ttl_as_a_user_warns_and_stores_the_cap(env):
+    ns = env.namespace()
+    result = env.apply(job(ns, "train"), check=True)
+    warnings = _warnings(result.stderr)
+    assert any(w.startswith(f"Warning: gpuguard [job-ttl] capped spec.ttlSecondsAfterFinished on the Job: "
+                            f"{THIRTY_DAYS} -> {SEVEN_DAYS} (") for w in warnings), result.stderr
+    assert any(w.startswith("Warning: gpuguard [gpu-tolerations] added 1 item to the user's "
+                            "spec.template.spec.tolerations on the Job") for w in warnings), result.stderr
+    stored = env.get("job", "train", "-n", ns)
+    assert stored["spec"]["ttlSecondsAfterFinished"] == SEVEN_DAYS
+    assert stored["spec"]["template"]["spec"]["tolerations"][0] == SPOT
+    assert len(stored["spec"]["template"]["spec"]["tolerations"]) == 2
+    # Defaults added where the manifest says nothing (deadline, backoff, resources) are not changes.
+    assert len(warnings) == 2, warnings
+
+    # Re-applying the same manifest (a GitOps sync) says it again: Git still asks 30 days.
+    again = env.apply(job(ns, "train"), check=True)
+    assert any("[job-ttl] capped spec.ttlSecondsAfterFinished" in w for w in _warnings(again.stderr)), again.stderr
+    assert env.get("job", "train", "-n", ns)["spec"]["ttlSecondsAfterFinished"] == SEVEN_DAYS
+
+
+def test_a_ttl_within_the_cap_is_stored_as_written_without_a_change_warning(env):
+    ns = env.namespace()
+    manifest = job(ns, "short", ttl=3600)
+    manifest["spec"]["template"]["spec"]["tolerations"] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    result = env.apply(manifest, check=True)
+    assert _warnings(result.stderr) == [], result.stderr
+    assert env.get("job", "short", "-n", ns)["spec"]["ttlSecondsAfterFinished"] == 3600
