@@ -47,6 +47,7 @@ def _text(decision: Decision, index: int) -> str:
                      f"  gpus: {decision.gpus}")
     for violation in decision.violations:
         lines.append(f"  {violation.verdict.upper():5} {violation.text}")
+    lines.extend(f"  CHANGED {change.text}" for change in decision.changes)  # the user's values gpuguard changed
     if decision.mutated_by:
         lines.append(f"mutated by: {', '.join(decision.mutated_by)}")
         lines.append("patch:")

@@ -51,6 +51,8 @@ def _report(result: FileResult, stream: Any) -> tuple[bool, bool]:
             print(f"ERROR   {obj.label}: gpuguard could not evaluate it: {obj.error}", file=stream)
         if obj.changed_by:
             print(f"fixed   {obj.label}: {', '.join(obj.changed_by)}", file=stream)
+            for change in obj.changes:  # a value the file had, overwritten: which, by what, from what
+                print(f"changed {obj.label}: {change.text}", file=stream)
         for v in obj.denials:
             denied = True
             print(f"DENIED  {obj.label}: {v.text}", file=stream)

@@ -25,7 +25,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import SingleQuotedScalarString
 
-from gpuguard.webhook.decision import Decision, RequestContext, Violation, unresolved_as_finding
+from gpuguard.webhook.decision import Change, Decision, RequestContext, Violation, unresolved_as_finding
 from gpuguard.webhook.engine.core import MUTATED_BY_ANNOTATION, Engine
 from gpuguard.webhook.engine.patch import make_patch
 from gpuguard.webhook.manifests import TOO_LARGE, document_marker, fill_list_item, is_list, parse_text, split_text
@@ -45,6 +45,7 @@ class DocumentResult:
     changed_by: list[str] = field(default_factory=list)
     denials: list[Violation] = field(default_factory=list)
     error: str | None = None  # the engine could not read the object (malformed manifest)
+    changes: list[Change] = field(default_factory=list)  # values the file had that the fix overwrote
 
 
 @dataclass
@@ -214,7 +215,7 @@ class Fixer:
         if decision.skipped and not decision.violations:
             return False
         results.append(DocumentResult(_label(obj, where), list(decision.mutated_by) if ops else [],
-                                      decision.denials, decision.error))
+                                      decision.denials, decision.error, list(decision.changes) if ops else []))
         if ops:
             apply_patch(node, ops)
         return bool(ops)

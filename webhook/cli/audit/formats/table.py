@@ -88,6 +88,8 @@ def _item(item: AuditItem, options: RenderOptions) -> Group | None:
         grid = Table.grid(padding=(0, 1))
         grid.add_column(no_wrap=True, style="magenta")
         grid.add_column(overflow="fold")
+        for replaced in item.decision.changes if item.decision is not None else []:  # the user's own values
+            grid.add_row("!", Text(replaced.text))  # Text: "[job-ttl]" is no markup
         for change in changes[:MAX_CHANGES]:
             grid.add_row("+", change)
         if len(changes) > MAX_CHANGES:
