@@ -12,7 +12,8 @@ What is derived, and from what:
 * ``deploy/base/rbac.yaml``, its rules that get the kinds ``kubectl scale`` scales, from the kind table;
 * ``deploy/base/webhookconfigurations.yaml``: ``gpuguard webhook-config --service gpuguard/gpuguard``
   for the shipped config (rules and matchConditions follow the kind table), and the dev overlay's
-  patch of every one of its webhooks (``deploy/overlays/dev/webhooks.yaml``);
+  patch of every one of its webhooks (``deploy/overlays/dev/webhooks.yaml``); the same configurations
+  as the self-managed overlay's ConfigMap source (``deploy/overlays/self-managed/webhooks.yaml``);
 * ``deploy/monitoring/prometheusrule.yaml``: the PrometheusRule holding ``deploy/monitoring/rules.yaml``'s
   groups (the rule file is what ``promtool test rules`` checks);
 * ``deploy/chart/gpuguard``: the Helm chart's templates, values and files, from the same sources as
@@ -386,6 +387,9 @@ def derived_files() -> Files:
     files: Files = {
         "deploy/base/webhookconfigurations.yaml": webhook_configurations(_read(DEFAULT_CONFIG)).encode(),
         "deploy/overlays/dev/webhooks.yaml": dev_webhook_patch().encode(),
+        # The self-managed overlay's ConfigMap source: the webhooks its server writes (kustomize reads
+        # no file outside the overlay, so the base's configurations are copied there).
+        "deploy/overlays/self-managed/webhooks.yaml": webhook_configurations(_read(DEFAULT_CONFIG)).encode(),
         "deploy/monitoring/prometheusrule.yaml": prometheus_rule().encode(),
         "deploy/base/rbac.yaml": replace_region(_read("deploy/base/rbac.yaml"), "scale-gets", scale_get_rules(),
                                                 comment="yaml").encode(),

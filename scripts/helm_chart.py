@@ -2,7 +2,8 @@
 
 Kustomize and Helm render from one source: the chart's templates and default values are made
 here from the kustomize base's files (``deploy/base/*.yaml``), the cert-manager overlay's
-``certificates.yaml``, the monitoring pack (``deploy/monitoring``) and the same
+``certificates.yaml``, the self-managed overlay's objects and JSON patches (applied here to the base's
+Deployment and ClusterRole, as kustomize applies them), the monitoring pack (``deploy/monitoring``) and the same
 ``build_webhook_configurations`` call that writes ``deploy/base/webhookconfigurations.yaml``.  Each
 object is read, the few fields a value controls are replaced by a marker, and the markers become
 Helm expressions in the dumped YAML; everything else is copied, so a change to the base reaches
@@ -20,10 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import yaml
 
 CHART = "deploy/chart/gpuguard"
 BASE = "deploy/base"
+SELF_MANAGED = "deploy/overlays/self-managed"
+SELF_MANAGED_MODE = 'eq .Values.certificates.mode "selfManaged"'
 NS = "{{ .Release.Namespace }}"
 # Server flags a value switches on or off (``server.<key>``), as the base Deployment passes them.
 SERVER_FLAGS = {"--namespace-labels": "namespaceLabels", "--dra-claims": "draClaims",
@@ -107,9 +111,8 @@ def _args_block(args: list[str]) -> Block:
     return block
 
 
-def deployment(base: Path) -> tuple[str, dict[str, Any]]:
-    """The Deployment template and the default values taken from the base's Deployment."""
-    (obj,) = _docs(base / "deployment.yaml")
+def _deployment(obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A Deployment's template text and the default values taken from it."""
     _namespaced(obj)
     spec = obj["spec"]
     pod = spec["template"]["spec"]
@@ -136,27 +139,48 @@ def deployment(base: Path) -> tuple[str, dict[str, Any]]:
     }, {"affinity": _with(".Values.affinity"), "nodeSelector": _with(".Values.nodeSelector"),
         "tolerations": _with(".Values.tolerations"), "resources": _yaml(".Values.resources"),
         "args": _args_block(values.pop("args"))})
-    return '{{- include "gpuguard.checkCertificates" . }}\n' + text, values
+    return text, values
+
+
+def deployment(base: Path, self_managed: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
+    """The Deployment template (the base's, or with the self-managed overlay's patch applied) and the
+    default values taken from the base's Deployment."""
+    (obj,) = _docs(base / "deployment.yaml")
+    managed_text, _ = _deployment(jsonpatch.apply_patch(obj, self_managed["Deployment"]))
+    text, values = _deployment(obj)
+    return ('{{- include "gpuguard.checkCertificates" . }}\n'
+            + _when(SELF_MANAGED_MODE, managed_text).removesuffix("{{- end }}\n")
+            + "{{- else }}\n" + text + "{{- end }}\n"), values
 
 
 # ---------------------------------------------------------------- RBAC, config, the rest of the base
 
 
-def rbac(base: Path) -> str:
-    """The ClusterRole and its binding; the webhook-patch rule only where gpuguard injects caBundle
-    itself (cert-manager's cainjector owns it otherwise, as in the cert-manager overlay)."""
+def rbac(base: Path, self_managed: dict[str, list[dict[str, Any]]]) -> str:
+    """The ClusterRole and its binding; the webhook rule only where gpuguard writes caBundle itself
+    (cert-manager's cainjector owns it otherwise, as in the cert-manager overlay), with the verbs of
+    the mode (``certs inject`` patches, the self-managed server updates)."""
     role, binding = _docs(base / "rbac.yaml")
     rules = role["rules"]
+    managed_rules = jsonpatch.apply_patch(role, self_managed["ClusterRole"])["rules"]
     role["rules"] = _mark("rules")
 
     def rules_block(n: int, key: str) -> str:
         lines = [f"{' ' * n}{key}:"]
-        for rule in rules:
-            item = _dump([rule]).rstrip("\n").replace("\n", "\n" + " " * (n + 2))
-            item = " " * (n + 2) + item
+
+        def item(rule: dict[str, Any]) -> str:
+            return " " * (n + 2) + _dump([rule]).rstrip("\n").replace("\n", "\n" + " " * (n + 2))
+
+        for rule, managed in zip(rules, managed_rules, strict=True):
             if rule.get("apiGroups") == ["admissionregistration.k8s.io"]:
-                item = f'{{{{- if ne .Values.certificates.mode "certManager" }}}}\n{item}\n{{{{- end }}}}'
-            lines.append(item)
+                lines.append(f"{{{{- if {SELF_MANAGED_MODE} }}}}\n{item(managed)}\n"
+                             f'{{{{- else if ne .Values.certificates.mode "certManager" }}}}\n{item(rule)}\n'
+                             "{{- end }}")
+            elif rule != managed:
+                raise SystemExit("generate: the self-managed overlay changes a ClusterRole rule the chart "
+                                 "does not template")
+            else:
+                lines.append(item(rule))
         return "\n".join(lines)
 
     for subject in binding["subjects"]:
@@ -249,10 +273,48 @@ def webhook_configurations(config_text: str, default_config: str) -> tuple[str, 
     scalars = {"policy": "{{ .Values.webhook.failurePolicy }}",
                "scalePolicy": "{{ .Values.webhook.scaleFailurePolicy }}",
                "timeout": "{{ .Values.webhook.timeoutSeconds }}"}
-    text = "---\n".join(fill(_dump(d), scalars, blocks) for d in documents)
+    full = "---\n".join(fill(_dump(d), scalars, blocks) for d in documents)
+    skeletons = "---\n".join(fill(_dump({**{k: v for k, v in d.items() if k != "webhooks"}, "metadata": {
+        k: v for k, v in d["metadata"].items() if k != "annotations"}, "webhooks": []}), {}, {}) for d in documents)
+    text = (f'{{{{- define "gpuguard.webhookConfigurations" }}}}\n{full}{{{{- end }}}}\n'
+            + _when(SELF_MANAGED_MODE, skeletons).removesuffix("{{- end }}\n")
+            + '{{- else }}\n{{- include "gpuguard.webhookConfigurations" . }}\n{{- end }}\n')
     values = {"failurePolicy": policy, "scaleFailurePolicy": scale_policy, "timeoutSeconds": timeout,
               "systemNamespaces": list(SYSTEM_NAMESPACES)}
     return text, values
+
+
+# ---------------------------------------------------------------- self-managed certificates
+
+
+def self_managed_patches(overlay: Path) -> dict[str, list[dict[str, Any]]]:
+    """The self-managed overlay's JSON patches by target kind: the chart applies the same ones."""
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text(encoding="utf-8"))
+    return {patch["target"]["kind"]: yaml.safe_load(patch["patch"]) for patch in kustomization["patches"]}
+
+
+def self_managed_objects(overlay: Path) -> str:
+    """The overlay's Secret (shipped empty), its Role and RoleBinding, in the release namespace."""
+    def subjects(doc: dict[str, Any]) -> None:
+        for subject in doc.get("subjects") or []:
+            subject["namespace"] = _mark("ns")
+    body = simple(overlay, "secret.yaml") + "---\n" + simple(overlay, "rbac.yaml", edit=subjects)
+    return _when(SELF_MANAGED_MODE, body)
+
+
+def webhooks_configmap(overlay: Path) -> str:
+    """The ConfigMap of the full webhook configurations the server writes: the overlay's generator,
+    with the chart's own webhook configurations (so every webhook value reaches them) as its data."""
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text(encoding="utf-8"))
+    (generator,) = kustomization["configMapGenerator"]
+    (source,) = generator["files"]
+    obj = {"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": generator["name"], "namespace": _mark("ns"),
+                        "labels": generator["options"]["labels"]},
+           "data": {source: _mark("hooks")}}
+    body = fill(_dump(obj), {"ns": NS}, {"hooks": lambda n, key: (
+        f'{" " * n}{key}: |\n{" " * n}  {{{{- include "gpuguard.webhookConfigurations" . | nindent {n + 2} }}}}')})
+    return _when(SELF_MANAGED_MODE, body)
 
 
 # ---------------------------------------------------------------- cert-manager, monitoring
@@ -365,7 +427,9 @@ certificates:
   # secret:      you create the gpuguard-tls Secret (`gpuguard certs create`) and pass the CA as
   #              webhook.caBundle (or run `gpuguard certs inject` after install);
   # certManager: cert-manager issues and renews it, its cainjector fills caBundle;
-  # selfManaged: the server creates and rotates its own (not available yet: rendering fails).
+  # selfManaged: the server keeps its own CA and certificate in the Secret gpuguard-certs, writes the
+  #              webhooks (shipped empty) with their caBundle once it can serve, and renews and rotates
+  #              both (deploy/overlays/self-managed; lifetimes by server.extraArgs, e.g. --ca-lifetime).
   mode: secret
 
 webhook:
@@ -448,14 +512,19 @@ def chart_yaml(repo: Path) -> str:
 def chart_files(repo: Path, config_text: str, default_config: str) -> dict[str, bytes]:
     """Every generated file of the chart, by repository-relative path."""
     base = repo / BASE
-    deploy_text, deploy_values = deployment(base)
+    managed = self_managed_patches(repo / SELF_MANAGED)
+    deploy_text, deploy_values = deployment(base, managed)
     hooks_text, hooks_values = webhook_configurations(config_text, default_config)
     (pdb,) = _docs(base / "pdb.yaml")
     templates = {
-        "deployment.yaml": ("deploy/base/deployment.yaml", deploy_text),
+        "deployment.yaml": ("deploy/base/deployment.yaml and deploy/overlays/self-managed", deploy_text),
         "webhookconfigurations.yaml": ("gpuguard webhook-config (as deploy/base/webhookconfigurations.yaml)",
                                        hooks_text),
-        "rbac.yaml": ("deploy/base/rbac.yaml", rbac(base)),
+        "rbac.yaml": ("deploy/base/rbac.yaml and deploy/overlays/self-managed", rbac(base, managed)),
+        "selfmanaged.yaml": ("deploy/overlays/self-managed/{secret,rbac}.yaml",
+                             self_managed_objects(repo / SELF_MANAGED)),
+        "webhooks-configmap.yaml": ("deploy/overlays/self-managed/kustomization.yaml's configMapGenerator",
+                                    webhooks_configmap(repo / SELF_MANAGED)),
         "configmap.yaml": ("deploy/base/kustomization.yaml's configMapGenerator", configmap(base)),
         "serviceaccount.yaml": ("deploy/base/serviceaccount.yaml", simple(base, "serviceaccount.yaml")),
         "service.yaml": ("deploy/base/service.yaml", simple(base, "service.yaml")),

@@ -68,7 +68,7 @@ def _assert_same(chart: Objects, kustomize: Objects) -> None:
 
 def test_helm_lint_passes_with_default_and_cert_manager_values() -> None:
     for extra in ([], ["--set", "certificates.mode=certManager", "--set", "serviceMonitor.enabled=true",
-                       "--set", "prometheusRule.enabled=true"]):
+                       "--set", "prometheusRule.enabled=true"], ["--set", "certificates.mode=selfManaged"]):
         proc = helm("lint", "--strict", str(CHART), *extra)
         assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout, proc.stdout
 
@@ -79,6 +79,50 @@ def test_default_values_render_the_kustomize_base() -> None:
 
 def test_cert_manager_mode_renders_the_cert_manager_overlay() -> None:
     _assert_same(template("certificates.mode=certManager"), _without_namespace(_kustomize("overlays/cert-manager")))
+
+
+def _webhooks_parsed(objects: Objects) -> Objects:
+    """The self-managed webhooks ConfigMap's text parsed: Helm and kustomize print the same YAML differently."""
+    key = ("ConfigMap", "gpuguard-webhooks")
+    if key in objects:
+        text = objects[key]["data"]["webhooks.yaml"]
+        objects[key] = {**objects[key], "data": {"webhooks.yaml": [d for d in yaml.safe_load_all(text) if d]}}
+    return objects
+
+
+def test_self_managed_mode_renders_the_self_managed_overlay() -> None:
+    chart = _webhooks_parsed(template("certificates.mode=selfManaged"))
+    _assert_same(chart, _webhooks_parsed(_without_namespace(_kustomize("overlays/self-managed"))))
+    # What the server writes is what the other modes install; what is installed is empty.
+    full = template()
+    written = chart[("ConfigMap", "gpuguard-webhooks")]["data"]["webhooks.yaml"]
+    assert written == [full[(kind, "gpuguard")] for kind in ("MutatingWebhookConfiguration",
+                                                             "ValidatingWebhookConfiguration")]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        assert chart[(kind, "gpuguard")]["webhooks"] == []
+    assert ("Secret", "gpuguard-certs") in chart and "data" not in chart[("Secret", "gpuguard-certs")]
+
+
+def test_self_managed_rbac_is_by_name_and_in_the_release_namespace_only() -> None:
+    chart = template("certificates.mode=selfManaged", namespace="ops")
+    (hooks,) = [r for r in chart[("ClusterRole", "gpuguard")]["rules"]
+                if r["apiGroups"] == ["admissionregistration.k8s.io"]]
+    assert hooks["verbs"] == ["get", "update"] and hooks["resourceNames"] == ["gpuguard"]
+    role = chart[("Role", "gpuguard-certs")]
+    assert role["metadata"]["namespace"] == "ops"
+    assert all(rule.get("resourceNames") and "create" not in rule["verbs"] for rule in role["rules"])
+    assert chart[("RoleBinding", "gpuguard-certs")]["subjects"][0]["namespace"] == "ops"
+    # The webhooks the server writes follow the release namespace and the webhook values.
+    data = template("certificates.mode=selfManaged", "webhook.timeoutSeconds=7", namespace="ops")[
+        ("ConfigMap", "gpuguard-webhooks")]["data"]["webhooks.yaml"]
+    hooks_written = [h for doc in yaml.safe_load_all(data) for h in doc["webhooks"]]
+    assert {h["clientConfig"]["service"]["namespace"] for h in hooks_written} == {"ops"}
+    assert {h["timeoutSeconds"] for h in hooks_written} == {7}
+    (container,) = _pod(chart)["containers"]
+    assert container["args"][3:7] == ["--self-managed-certs", "gpuguard-certs", "--self-managed-dir",
+                                      "/run/gpuguard/tls"]
+    assert all(s.get("secret") is None for v in _pod(chart)["volumes"] for s in (v.get("projected") or {}).get(
+        "sources", []))
 
 
 def test_dev_values_render_the_dev_overlay() -> None:
@@ -177,8 +221,7 @@ def test_toggles_drop_and_add_objects() -> None:
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("certificates.mode=selfManaged", "selfManaged is not available yet"),
-    ("certificates.mode=byHand", "certificates.mode must be secret or certManager"),
+    ("certificates.mode=byHand", "certificates.mode must be secret, certManager or selfManaged"),
     ("webhook.failurePolicy=Sometimes", "webhook.failurePolicy must be Fail or Ignore"),
     ("webhook.timeoutSeconds=60", "webhook.timeoutSeconds must be 1-30"),
 ])

@@ -1,14 +1,11 @@
 {{/*
 Refuse values that would install a gpuguard the apiserver cannot reach: an unknown certificate
-mode, or the self-managed mode, which the server does not offer yet (install with `secret` or
-`certManager`: docs/admin.md "With Helm").
+mode, a failure policy or timeout the apiserver refuses (docs/admin.md "With Helm").
 */}}
 {{- define "gpuguard.checkCertificates" -}}
 {{- $mode := .Values.certificates.mode -}}
-{{- if eq $mode "selfManaged" -}}
-{{- fail "certificates.mode=selfManaged is not available yet: use certificates.mode=secret (gpuguard certs create + webhook.caBundle) or certificates.mode=certManager" -}}
-{{- else if not (has $mode (list "secret" "certManager")) -}}
-{{- fail (printf "certificates.mode must be secret or certManager, not %q" $mode) -}}
+{{- if not (has $mode (list "secret" "certManager" "selfManaged")) -}}
+{{- fail (printf "certificates.mode must be secret, certManager or selfManaged, not %q" $mode) -}}
 {{- end -}}
 {{- if not (has .Values.webhook.failurePolicy (list "Fail" "Ignore")) -}}
 {{- fail (printf "webhook.failurePolicy must be Fail or Ignore, not %q" .Values.webhook.failurePolicy) -}}
