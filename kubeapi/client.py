@@ -115,3 +115,32 @@ def watcher() -> Any:
     from kubernetes import watch
 
     return watch.Watch()
+
+
+# Requests made through ``request``, by HTTP verb (``watch`` for watches): the scan exports them as a
+# metric and ``bench/scan.py`` reads them to measure its API load.
+REQUESTS: dict[str, int] = {}
+
+
+def request(api: Any, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None,
+            timeout: float | tuple[float, float] | None = None) -> Any:
+    """A raw API call: ``path`` (``/apis/group/version/...``) with ``query``, ``body`` sent as JSON.
+
+    Returns the unread urllib3 response (``.data`` for the body, ``.stream()`` for a watch), so callers
+    parse JSON themselves and watches stream; an error status raises ``ApiError`` with the body.
+    """
+    pairs = [(k, str(v).lower() if isinstance(v, bool) else v) for k, v in (query or {}).items() if v is not None]
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    verb = "watch" if (query or {}).get("watch") else method.lower()
+    REQUESTS[verb] = REQUESTS.get(verb, 0) + 1
+    method, url, headers, body, _ = api.param_serialize(method, path, query_params=pairs, header_params=headers,
+                                                       body=body, auth_settings=["BearerToken"])
+    response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout).response
+    if response.status >= 400:
+        data = response.data
+        response.release_conn()
+        raise ApiException(status=response.status, reason=response.reason,
+                           body=data.decode("utf-8", "replace") if isinstance(data, bytes) else data)
+    return response

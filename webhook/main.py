@@ -40,6 +40,8 @@ VERBS: dict[str, Verb] = {
     "explain": Verb("gpuguard.webhook.cli.explain", "what a policy checks, why, its settings and an example"),
     "test": Verb("gpuguard.webhook.cli.test", "run policy test suites (cases of manifest + expected decision)"),
     "fix": Verb("gpuguard.webhook.cli.fix", "apply gpuguard's mutations to manifest files in place"),
+    "scan": Verb("gpuguard.webhook.scan.command",
+                 "background scan: keep PolicyReports and GPU cost metrics of the cluster's workloads current"),
 }
 
 

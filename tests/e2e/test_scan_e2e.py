@@ -1,0 +1,232 @@
+"""``gpuguard scan`` against the real control plane: PolicyReports that follow the cluster.
+
+The wgpolicyk8s.io CRDs are installed (``tests/support/policyreport/crds.yaml``: the apiserver validates
+every report against them), the scan runs as the ``gpuguard-scan`` ServiceAccount with the RBAC of
+``deploy/scan``, and kube-controller-manager runs (Jobs make pods, which the scan must not report).
+Some workloads are created while no webhook is registered (gpuguard down), one through the webhook;
+then the workload, the scan's config and a node change, a workload is deleted, and a second scanner
+stands by and takes over when the first is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.cluster.controlplane import ControlPlane
+from tests.support.cluster.fixtures import require_control_plane
+from tests.support.gpuguard_process import GpuguardServer, default_config_with
+from tests.support.scan_process import ScanProcess, install_report_crds, install_scan_identity
+from tests.support.tenant import TenantEnv
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+NODE = "gpu-a"
+
+
+def _job(ns: str, name: str, gpus: int, **pod: object) -> dict:
+    container: dict = {"name": "trainer", "image": "ghcr.io/example/train:1",
+                       "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    container.update(pod.pop("container", {}))  # type: ignore[arg-type]
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [container], **pod}}}}
+
+
+def _checkpointed(ns: str, name: str, gpus: int = 1) -> dict:
+    return _job(ns, name, gpus, container={"volumeMounts": [{"name": "ckpt", "mountPath": "/checkpoints"}]},
+                volumes=[{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}])
+
+
+def _pytorchjob(ns: str) -> dict:
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "ghcr.io/example/train:1",
+                                         "resources": {"limits": {"nvidia.com/gpu": 1}},
+                                         "env": [{"name": "CHECKPOINT_URI", "value": "s3://ckpt/ddp"}]}]}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "ddp", "namespace": ns},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template},
+                                             "Worker": {"replicas": 2, "template": template}}}}
+
+
+def _deployment(ns: str) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}
+
+
+def _set_node(cp: ControlPlane, product: str, gpus: int) -> None:
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "labels": {
+        "nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": product}}}
+    cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(node))
+    allocatable = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    cp.kubectl("patch", "node", NODE, "--subresource=status", "--type=merge",
+               "-p", json.dumps({"status": {"capacity": allocatable, "allocatable": allocatable}}))
+
+
+class Env:
+    def __init__(self, cp: ControlPlane, tenant: TenantEnv, ns: str, workdir: Path, kubeconfig: Path,
+                 config: Path, scan: ScanProcess) -> None:
+        self.cp, self.tenant, self.ns, self.workdir = cp, tenant, ns, workdir
+        self.kubeconfig, self.config, self.scan = kubeconfig, config, scan
+
+    def reports(self, ns: str | None = None) -> dict[str, dict]:
+        """The namespace's reports by their subject's name."""
+        items = self.cp.kubectl_json("get", "policyreports", "-n", ns or self.ns)["items"]
+        return {r["scope"]["name"]: r for r in items}
+
+    def results(self, name: str, policy: str) -> list[dict]:
+        report = self.reports().get(name) or {}
+        return [r for r in report.get("results") or [] if r["policy"] == policy]
+
+    def wait_result(self, name: str, policy: str, result: str, contains: str = "", timeout: float = 60) -> dict:
+        def found() -> dict | None:
+            hits = [r for r in self.results(name, policy) if r["result"] == result and contains in r["message"]]
+            return hits[0] if hits else None
+        return self.cp.wait_for(found, timeout=timeout, interval=0.5,
+                                message=f"{name}: {policy} {result} {contains!r}\n{self.scan.log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> Iterator[Env]:
+    require_control_plane()
+    workdir = tmp_path_factory.mktemp("gpuguard-scan")
+    with ControlPlane(workdir / "cp") as cp:
+        install_report_crds(cp)
+        cp.install_crds("pytorchjob")
+        cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "priorityclasses.yaml"))
+        kubeconfig = install_scan_identity(cp, workdir)
+        _set_node(cp, "NVIDIA-L4", 2)
+        tenant = TenantEnv(cp, "scan")
+        ns = tenant.namespace()
+        # gpuguard is down (no webhook registered): these are stored as written
+        for obj in (_job(ns, "legacy", 1), _pytorchjob(ns), _deployment(ns),
+                    _job(ns, "big", 4, container={"env": [{"name": "CHECKPOINT_URI", "value": "s3://ckpt/big"}]})):
+            result = tenant.apply(obj)
+            assert result.returncode == 0, result.stderr
+        config_text = default_config_with("scan-exempt")
+        (workdir / "webhook").mkdir()
+        server = GpuguardServer(workdir / "webhook", config_text, kubeconfig=cp.kubeconfig,
+                                extra_args=("--node-inventory",))
+        server.start()
+        scan = None
+        try:
+            server.register(cp)
+            cp.wait_for(lambda: tenant.apply(_job(ns, "probe-denied", 1), check=False).returncode != 0,
+                        timeout=60, interval=1, message="gpuguard webhooks in force")
+            admitted = tenant.apply(_checkpointed(ns, "good"))  # through the webhook: admitted in its shape
+            assert admitted.returncode == 0, admitted.stderr
+            config = workdir / "scan-config.yaml"
+            config.write_text(config_text)
+            scan = ScanProcess(workdir, kubeconfig, config, "scan-a").start()
+            yield Env(cp, tenant, ns, workdir, kubeconfig, config, scan)
+        finally:
+            if scan is not None:
+                scan.stop()
+            server.stop()
+            print(f"\n[e2e] scan log: {workdir}/scan-scan-a.log; gpuguard log: {server.log}")
+
+
+def test_reports_appear_for_the_workloads_users_wrote_naming_the_policies_they_break(env: Env) -> None:
+    env.scan.wait_metric("gpuguard_scan_full_passes_total", lambda v: v >= 1)
+    env.wait_result("legacy", "checkpoint-volume", "fail", "[checkpoint-volume] spec.template.spec.containers[0]")
+    gang = env.wait_result("ddp", "gang-scheduling", "fail")
+    assert gang["severity"] == "high" and gang["category"] == "nvidia.com/gpu"
+    too_big = env.wait_result("big", "schedulable", "fail", "largest eligible node has 2 (NVIDIA-L4")
+    assert too_big["resources"][0]["kind"] == "Job" and too_big["resources"][0]["name"] == "big"
+    reports = env.cp.wait_for(lambda: (r := env.reports()) and "good" in r and r, timeout=60)
+    good = reports["good"]
+    # admitted through the webhook: in its shape, nothing to say but passes
+    assert good["summary"]["fail"] == good["summary"]["warn"] == good["summary"]["error"] == 0, good["results"]
+    assert good["summary"]["pass"] >= 15
+    # what users wrote, never what controllers made of it (the Jobs' pods), and no CPU-only workload
+    assert sorted(reports) == ["big", "ddp", "good", "legacy"]
+    for name, report in reports.items():
+        kind = "PyTorchJob" if name == "ddp" else "Job"
+        subject = env.cp.kubectl_json("get", kind.lower(), name, "-n", env.ns)
+        assert report["metadata"]["ownerReferences"][0]["uid"] == subject["metadata"]["uid"] == report["scope"]["uid"]
+        assert report["metadata"]["name"] == f"gpuguard-{subject['metadata']['uid']}"
+    # alice reads them as kubectl users do
+    table = env.cp.kubectl("--as=alice", "get", "polr", "-n", env.ns, "-o", "wide").stdout
+    assert "legacy" in table and "PyTorchJob" in table
+    metrics = env.scan.metrics()
+    assert metrics[f'gpuguard_scan_findings{{namespace="{env.ns}",policy="checkpoint-volume",result="fail"}}'] == 1
+    assert metrics[f'gpuguard_scan_gpu_hours_at_risk_per_day{{namespace="{env.ns}"}}'] >= 24
+    assert metrics[f'gpuguard_scan_accelerators{{class="training",namespace="{env.ns}",resource="nvidia.com/gpu"}}'] \
+        == 1 + 3 + 4 + 1
+    assert metrics["gpuguard_scan_leader"] == 1
+
+
+def test_the_report_follows_a_change_of_the_workload(env: Env) -> None:
+    env.wait_result("ddp", "gang-scheduling", "fail")
+    patch = {"spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 3}}}}
+    env.cp.kubectl("--as=alice", "patch", "pytorchjob", "ddp", "-n", env.ns, "--type=merge", "-p", json.dumps(patch))
+    env.wait_result("ddp", "gang-scheduling", "pass")
+
+
+def test_the_report_follows_the_config_and_unchanged_reports_are_not_rewritten(env: Env) -> None:
+    env.wait_result("legacy", "checkpoint-volume", "fail")
+    big_before = env.reports()["big"]["metadata"]["resourceVersion"]
+    passes = env.scan.metrics()["gpuguard_scan_full_passes_total"]
+    text = env.config.read_text()
+    marker = "  checkpoint-volume:\n    action: enforce"
+    assert marker in text
+    env.config.write_text(text.replace(marker, "  checkpoint-volume:\n    action: warn"))
+    warned = env.wait_result("legacy", "checkpoint-volume", "warn")
+    assert warned["severity"] == "medium" and warned["properties"]["action"] == "warn"
+    env.scan.wait_metric("gpuguard_scan_full_passes_total", lambda v: v > passes)
+    assert env.reports()["big"]["metadata"]["resourceVersion"] == big_before  # same content: no write
+    env.config.write_text(text)
+    env.wait_result("legacy", "checkpoint-volume", "fail")
+
+
+def test_the_report_follows_the_nodes_of_the_inventory(env: Env) -> None:
+    env.wait_result("big", "schedulable", "fail", "(NVIDIA-L4")
+    _set_node(env.cp, "NVIDIA-A100-SXM4-80GB", 2)  # the product label the inventory names groups by
+    env.wait_result("big", "schedulable", "fail", "(NVIDIA-A100-SXM4-80GB")
+    _set_node(env.cp, "NVIDIA-A100-SXM4-80GB", 8)  # a node that can host it
+    env.wait_result("big", "schedulable", "pass")
+    env.wait_result("big", "gpu-request-shape", "pass")
+
+
+def test_deleting_a_workload_removes_its_report(env: Env) -> None:
+    env.cp.wait_for(lambda: "legacy" in env.reports(), timeout=60)
+    env.cp.kubectl("--as=alice", "delete", "job", "legacy", "-n", env.ns, "--wait=false")
+    env.cp.wait_for(lambda: "legacy" not in env.reports(), timeout=30, message="legacy's report removed")
+    assert "ddp" in env.reports()
+
+
+def test_two_scanners_write_once_and_the_stand_by_takes_over(env: Env) -> None:
+    env.scan.wait_metric("gpuguard_scan_leader", lambda v: v == 1)
+    other = ScanProcess(env.workdir, env.kubeconfig, env.config, "scan-b").start()
+    try:
+        other.wait_metric("gpuguard_scan_leader", lambda v: v == 0)
+        lease = env.cp.kubectl_json("get", "lease", "gpuguard-scan", "-n", "gpuguard")
+        assert lease["spec"]["holderIdentity"] == "scan-a"
+        env.tenant.apply(_checkpointed(env.ns, "second"))
+        uid = env.cp.kubectl_json("get", "job", "second", "-n", env.ns)["metadata"]["uid"]
+        env.cp.wait_for(lambda: "second" in env.reports(), timeout=60)
+        time.sleep(3)  # both replicas have seen it: still exactly one report about it, and B wrote nothing
+        items = env.cp.kubectl_json("get", "policyreports", "-n", env.ns)["items"]
+        assert [r["scope"]["uid"] for r in items].count(uid) == 1
+        stand_by = other.metrics()
+        assert stand_by["gpuguard_scan_leader"] == 0
+        assert stand_by['gpuguard_scan_report_writes_total{operation="create"}'] == 0
+        assert not [k for k in stand_by if k.startswith("gpuguard_scan_findings{")]
+
+        env.scan.kill()  # no release: B waits for the lease to expire, then leads
+        other.wait_metric("gpuguard_scan_leader", lambda v: v == 1, timeout=60)
+        other.wait_metric("gpuguard_scan_full_passes_total", lambda v: v >= 1)
+        env.tenant.apply(_checkpointed(env.ns, "third"))
+        env.cp.wait_for(lambda: "third" in env.reports(), timeout=60, message="the new leader writes")
+        taken_over = other.metrics()
+        # it found the reports A wrote and rewrote none of them: one create, for the new workload
+        assert taken_over['gpuguard_scan_report_writes_total{operation="create"}'] == 1
+        assert taken_over['gpuguard_scan_report_writes_total{operation="update"}'] == 0
+        assert env.cp.kubectl_json("get", "lease", "gpuguard-scan", "-n", "gpuguard")["spec"][
+            "holderIdentity"] == "scan-b"
+    finally:
+        other.stop()

@@ -1,0 +1,171 @@
+"""The scan's reports against the wgpolicyk8s.io/v1alpha2 PolicyReport CRD schema, and what they say.
+
+The schema is the CRD the e2e tests install (``tests/support/policyreport/crds.yaml``); here it is made
+strict (no property the CRD does not declare), because the apiserver would silently prune such a field
+and Policy Reporter would never see it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from gpuguard.webhook.config import parse_config_text
+from gpuguard.webhook.decision import Decision, RequestContext, Violation
+from gpuguard.webhook.engine.core import Engine
+from gpuguard.webhook.scan import report
+from gpuguard.webhook.scan.judge import judge, policy_ids, policy_titles
+from gpuguard.webhook.scan.report import MAX_REPORT_BYTES, Outcome, Subject
+from tests.support.builders import bare_pod_spec, cpu_container, make, pvc_pod_spec
+from tests.support.paths import REPO
+
+CRDS = list(yaml.safe_load_all((REPO / "tests/support/policyreport/crds.yaml").read_text()))
+NOW = 1_790_000_000.0
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD's schema with ``additionalProperties: false`` wherever it lists properties."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
+        if "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+SCHEMAS = {crd["spec"]["names"]["kind"]: _strict(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+           for crd in CRDS}
+CONFIG = parse_config_text((REPO / "policies/default-config.yaml").read_text())
+ENGINE = Engine(CONFIG)
+POLICIES = policy_ids(CONFIG)
+TITLES = policy_titles(CONFIG)
+
+
+def _valid(built: dict) -> dict:
+    schema = SCHEMAS[built["kind"]]
+    jsonschema.validate(built, schema)
+    # the metadata the apiserver needs, which the CRD schema leaves to ObjectMeta
+    assert built["metadata"]["name"].startswith("gpuguard-") and len(built["metadata"]["name"]) <= 253
+    return built
+
+
+def _subject(obj: dict, uid: str = "0f7c-uid") -> Subject:
+    meta = obj["metadata"]
+    return Subject(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"], uid)
+
+
+def _report_of(obj: dict, now: float = NOW) -> report.Built:
+    ctx = RequestContext(operation="CREATE", namespace=obj["metadata"].get("namespace"))
+    return report.build(judge(ENGINE.evaluate, obj, ctx, _subject(obj), POLICIES, TITLES), now)
+
+
+def _by_policy(built: report.Built) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in built.report["results"]:
+        out.setdefault(r["policy"], []).append(r)
+    return out
+
+
+def test_violating_job_fails_the_policies_that_deny_it_with_field_fix_and_subject() -> None:
+    job = make("Job", bare_pod_spec(2), name="bert")  # no checkpoint volume
+    built = _report_of(job)
+    doc = _valid(built.report)
+    assert doc["kind"] == "PolicyReport" and doc["metadata"]["namespace"] == "ml"
+    assert doc["scope"] == {"apiVersion": "batch/v1", "kind": "Job", "name": "bert", "namespace": "ml",
+                            "uid": "0f7c-uid"}
+    assert doc["metadata"]["ownerReferences"] == [{"apiVersion": "batch/v1", "kind": "Job", "name": "bert",
+                                                   "uid": "0f7c-uid"}]
+    found = _by_policy(built)
+    fail = found["checkpoint-volume"][0]
+    assert fail["result"] == "fail" and fail["severity"] == "high" and fail["source"] == "gpuguard"
+    assert fail["rule"] == "checkpoint-volume" and fail["category"] == "nvidia.com/gpu"
+    assert fail["message"].startswith("[checkpoint-volume] spec.template.spec.containers[0] (trainer):")
+    assert "persistentVolumeClaim" in fail["properties"]["fix"]
+    assert fail["properties"]["path"] == "spec.template.spec.containers[0]"
+    assert fail["resources"] == [doc["scope"]]
+    assert fail["timestamp"] == {"seconds": int(NOW), "nanos": 0}
+    assert doc["results"][0]["result"] == "fail"  # worst first
+    assert doc["summary"]["fail"] == sum(1 for r in doc["results"] if r["result"] == "fail") >= 1
+    assert doc["summary"]["pass"] == sum(1 for r in doc["results"] if r["result"] == "pass") > 0
+    assert sum(doc["summary"].values()) == len(doc["results"])
+
+
+def test_a_workload_in_admitted_shape_passes_every_policy() -> None:
+    job = make("Job", pvc_pod_spec(1), name="ok")
+    shaped = ENGINE.evaluate(job, RequestContext(operation="CREATE", namespace="ml")).mutated
+    built = _report_of(copy.deepcopy(shaped))
+    doc = _valid(built.report)
+    assert {r["result"] for r in doc["results"]} == {"pass"}
+    assert [r["policy"] for r in doc["results"]] == list(POLICIES)
+    assert doc["summary"] == {"pass": len(POLICIES), "fail": 0, "warn": 0, "error": 0, "skip": 0}
+
+
+def test_a_workload_the_webhook_never_shaped_warns_per_mutating_policy_with_the_changes() -> None:
+    built = _report_of(make("Job", pvc_pod_spec(1), name="legacy"))  # created while gpuguard was down
+    found = _by_policy(_valid(built.report) and built)
+    ttl = found["job-ttl"][0]
+    assert ttl["result"] == "warn" and ttl["severity"] == "low"
+    assert ttl["properties"]["mutated"] == "true" and ttl["properties"]["action"] == "mutate"
+    assert "ttlSecondsAfterFinished" in ttl["properties"]["changes"]
+    assert ttl["message"].startswith("[job-ttl] not in the shape gpuguard gives on admission (Delete finished jobs")
+    assert "gpuguard fix" in ttl["message"]
+    assert found["checkpoint-volume"][0]["result"] == "pass"
+
+
+def test_exempt_and_unjudgeable_workloads_get_one_skip_or_error() -> None:
+    subject = Subject("batch/v1", "Job", "ml", "j", "u1")
+    skipped = Decision(allowed=True, api_version="batch/v1", kind="Job", namespace="ml", name="j", original={},
+                       mutated={}, skipped="namespace ml is exempt")
+    doc = _valid(report.build(Outcome(subject, decision=skipped, policies=POLICIES), NOW).report)
+    assert [(r["result"], r["message"]) for r in doc["results"]] == [("skip", "namespace ml is exempt")]
+    crashed = Outcome(subject, error="the engine failed on this object: KeyError: 'x'", policies=POLICIES)
+    doc = _valid(report.build(crashed, NOW).report)
+    assert [r["result"] for r in doc["results"]] == ["error"] and doc["summary"]["error"] == 1
+
+
+def test_cluster_scoped_subjects_get_a_cluster_policy_report() -> None:
+    subject = Subject("example.io/v1", "GpuPool", None, "pool-a", "u2")
+    doc = _valid(report.build(Outcome(subject, error="cannot judge"), NOW).report)
+    assert doc["kind"] == "ClusterPolicyReport" and "namespace" not in doc["metadata"]
+    assert "namespace" not in doc["scope"]
+
+
+def test_digest_ignores_timestamps_and_follows_content() -> None:
+    job = make("Job", bare_pod_spec(1), name="d")
+    first, later = _report_of(job), _report_of(job, NOW + 3600)
+    assert first.report["results"][0]["timestamp"] != later.report["results"][0]["timestamp"]
+    assert first.digest == later.digest == report.digest_of(later.report)
+    assert first.report["metadata"]["annotations"][report.DIGEST_ANNOTATION] == first.digest
+    fixed = make("Job", pvc_pod_spec(1), name="d")
+    assert _report_of(fixed).digest != first.digest
+
+
+def test_cpu_workloads_without_findings_are_not_worth_a_report() -> None:
+    deploy = make("Deployment", {"containers": [cpu_container()]}, name="web")
+    ctx = RequestContext(namespace="ml")
+    assert not judge(ENGINE.evaluate, deploy, ctx, _subject(deploy), POLICIES).relevant
+    gpu = make("Deployment", bare_pod_spec(1), name="gpu")
+    assert judge(ENGINE.evaluate, gpu, ctx, _subject(gpu), POLICIES).relevant
+
+
+@pytest.mark.parametrize("count", [5_000])
+def test_a_huge_report_is_cut_below_the_size_limit_keeping_the_worst_and_saying_so(count: int) -> None:
+    subject = Subject("batch/v1", "Job", "ml", "big", "u3")
+    violations = [Violation("checkpoint-volume", "deny", f"spec.x[{i}]", "m" * 300, "f" * 100)
+                  for i in range(count)]
+    decision = Decision(allowed=False, api_version="batch/v1", kind="Job", namespace="ml", name="big",
+                        original={}, mutated={}, violations=violations, gpus=1)
+    built = report.build(Outcome(subject, decision=decision, policies=POLICIES), NOW)
+    doc = _valid(built.report)
+    import orjson
+
+    assert len(orjson.dumps(doc)) <= MAX_REPORT_BYTES
+    assert doc["results"][0]["result"] == "fail"
+    assert doc["results"][-1]["result"] == "error" and "left out" in doc["results"][-1]["message"]
+    assert all(r["result"] != "pass" for r in doc["results"])

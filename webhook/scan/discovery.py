@@ -1,0 +1,73 @@
+"""Which of gpuguard's kinds (and the runtimes they name) this cluster serves, and where to list them.
+
+Asked again at every resync, so a CRD installed after the scan started (a Kubeflow Trainer, KServe)
+gets its watch without a restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gpuguard.kubeapi.client import ApiError, request
+from gpuguard.webhook.objects import READABLE
+from gpuguard.workloads.kinds import KINDS, KindSpec
+
+
+@dataclass(frozen=True)
+class Collection:
+    """One resource collection to watch across all namespaces."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    spec: KindSpec | None = None  # a workload kind; None for a runtime kind
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def path(self) -> str:
+        if self.group:
+            return f"/apis/{self.group}/{self.version}/{self.plural}"
+        return f"/api/{self.version}/{self.plural}"
+
+
+class Discovery:
+    """API discovery with one request per group version, cached for one call of ``collections``."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+        self.notes: list[str] = []
+
+    def _served(self, group: str, version: str, cache: dict[str, set[str]]) -> set[str]:
+        gv = f"{group}/{version}" if group else version
+        if gv not in cache:
+            path = f"/apis/{gv}" if group else f"/api/{gv}"
+            try:
+                body = orjson.loads(request(self.api, "GET", path, timeout=10).data)
+                cache[gv] = {r.get("name") for r in body.get("resources") or [] if "watch" in (r.get("verbs") or [])}
+            except ApiError as exc:
+                if exc.status != 404:
+                    self.notes.append(f"discovery of {gv} failed: HTTP {exc.status}")
+                cache[gv] = set()
+        return cache[gv]
+
+    def collections(self) -> tuple[list[Collection], list[Collection]]:
+        """(workload collections, runtime collections) served now, each kind in the first version it has."""
+        cache: dict[str, set[str]] = {}
+        workloads: list[Collection] = []
+        for spec in KINDS:
+            versions = spec.versions if spec.group else ("v1",)
+            for version in versions:
+                if spec.plural in self._served(spec.group, version, cache):
+                    workloads.append(Collection(spec.group, version, spec.kind, spec.plural, spec))
+                    break
+        runtimes = [Collection(group, version, kind, plural)
+                    for (group, kind), (version, plural) in READABLE.items()
+                    if plural in self._served(group, version, cache)]
+        return workloads, runtimes

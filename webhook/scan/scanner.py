@@ -1,0 +1,269 @@
+"""The scan loop: watches feed the index, one thread re-evaluates what changed and writes reports.
+
+What marks a workload for a new decision: its own change (a status-only update does not), its
+namespace's labels, a runtime it may read, the config file, the node inventory, and a periodic
+resync (``resync`` seconds: the safety net for anything a watch missed, and the time a CRD
+installed later is discovered).  Changes are debounced (``settle`` seconds) so a burst becomes one
+batch.  The replica that holds the Lease evaluates and writes; the others keep their watches warm
+and take over when the Lease expires.
+
+Reports of workloads deleted while nobody led, or whose workload no longer needs one, are swept after
+each full pass, and only once every watch has listed: a half-listed cluster never deletes reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuguard.kubeapi import client as kubeapi
+from gpuguard.webhook.cli.audit import cost
+from gpuguard.webhook.decision import RequestContext
+from gpuguard.webhook.scan import metrics
+from gpuguard.webhook.scan.discovery import Collection, Discovery
+from gpuguard.webhook.scan.index import CachedRuntimes, Index, WorkloadKey
+from gpuguard.webhook.scan.judge import at_risk, judge, policy_ids, policy_titles
+from gpuguard.webhook.scan.lease import Lease
+from gpuguard.webhook.scan.report import Outcome, build
+from gpuguard.webhook.scan.watch import ResourceWatch
+from gpuguard.webhook.scan.writer import ReportKey, Writer
+from gpuguard.workloads.inventory import Inventory
+
+log = logging.getLogger("gpuguard.scan")
+
+
+@dataclass
+class Settings:
+    """``gpuguard scan``'s flags."""
+
+    config: str | None = None
+    lease_namespace: str = "gpuguard"
+    lease_name: str = "gpuguard-scan"
+    identity: str = ""
+    resync: float = 600.0
+    settle: float = 1.0
+    page_size: int = 500
+    write_qps: float = 20.0
+    write_burst: int = 50
+    lease_duration: float = 15.0
+    node_inventory: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Scanner:
+    """One process's scan: watches, index, engine, lease and writer."""
+
+    def __init__(self, api: Any, settings: Settings) -> None:
+        from gpuguard.webhook.config import load_config
+        from gpuguard.webhook.engine.core import Engine
+
+        self.api, self.settings = api, settings
+        self.index = Index()
+        self.runtimes = CachedRuntimes(self.index)
+        self.config = load_config(settings.config)
+        self.engine = Engine(self.config)
+        self.policies, self.titles = policy_ids(self.config), policy_titles(self.config)
+        self.prices = cost.Prices.from_config(self.config)
+        self._config_stamp = self._stamp()
+        self._config_checked = 0.0
+        self.inventory: Inventory | None = None
+        self._new_inventory: Inventory | None = None
+        identity = settings.identity or f"{os.uname().nodename}-{os.getpid()}"
+        self.lease = Lease(api, settings.lease_namespace, settings.lease_name, identity,
+                           duration=settings.lease_duration, renew_deadline=settings.lease_duration * 2 / 3)
+        self.writer = Writer(api, settings.write_qps, settings.write_burst)
+        self.watches: dict[tuple[str, str, str], ResourceWatch] = {}
+        self.facts: dict[WorkloadKey, metrics.Facts] = {}
+        self.reports: dict[WorkloadKey, ReportKey] = {}
+        self.stop_event = threading.Event()
+        self.full_passes = 0
+        self.first_pass_seconds: float | None = None
+        self._started = time.monotonic()
+        self._full_due = True
+        self._published: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ watches
+    def discover(self) -> None:
+        """Start a watch for every served collection that has none yet."""
+        discovery = Discovery(self.api)
+        workloads, runtimes = discovery.collections()
+        for note in discovery.notes:
+            log.warning("%s", note)
+        self.index.listed |= {(c.group, c.kind) for c in workloads}
+        for c in workloads:
+            self._watch(("w", c.group, c.kind), c, lambda kind, obj, c=c: self.index.workload_event(c, kind, obj),
+                        lambda seen, c=c: self.index.workload_sync(c, seen))
+        for c in runtimes:
+            self._watch(("r", c.group, c.kind), c, lambda kind, obj, c=c: self.index.runtime_event(c, kind, obj),
+                        lambda seen: None)
+        self._watch(("n", "", "Namespace"), Collection("", "v1", "Namespace", "namespaces"),
+                    self.index.namespace_event, lambda seen: None)
+
+    def _watch(self, key: tuple[str, str, str], c: Collection, on_event: Any, on_sync: Any) -> None:
+        if key in self.watches:
+            return
+        self.watches[key] = ResourceWatch(self.api, c.path, on_event, on_sync, page_size=self.settings.page_size,
+                                          name=f"{c.kind.lower()}.{c.group or 'core'}").start()
+
+    @property
+    def synced(self) -> bool:
+        return all(w.synced for w in self.watches.values())
+
+    def _on_inventory(self, inventory: Inventory) -> None:
+        self._new_inventory = inventory  # applied by the scan thread: the engine is not shared across threads
+
+    # ------------------------------------------------------------------ changes the engine reads
+    def _stamp(self) -> tuple[float, int] | None:
+        if not self.settings.config:
+            return None
+        try:
+            st = os.stat(self.settings.config)
+        except OSError:
+            return None
+        return st.st_mtime, st.st_size
+
+    def _check_config(self) -> None:
+        now = time.monotonic()
+        if now - self._config_checked < 2.0:
+            return
+        self._config_checked = now
+        stamp = self._stamp()
+        if stamp is None or stamp == self._config_stamp:
+            return
+        self._config_stamp = stamp
+        from gpuguard.webhook.config import ConfigError, load_config
+        from gpuguard.webhook.engine.core import Engine
+
+        try:
+            config = load_config(self.settings.config)
+        except (ConfigError, OSError) as exc:
+            metrics.CONFIG_RELOADS.labels(result="error").inc()
+            log.error("config %s not reloaded, the old one stays: %s", self.settings.config, exc)
+            return
+        self.config, self.engine = config, Engine(config, nodes=self.inventory)
+        self.policies, self.titles = policy_ids(config), policy_titles(config)
+        self.prices = cost.Prices.from_config(config)
+        metrics.CONFIG_RELOADS.labels(result="success").inc()
+        log.info("config %s reloaded: every workload is judged again", self.settings.config)
+        self._full_due = True
+
+    def _apply_inventory(self) -> None:
+        inventory, self._new_inventory = self._new_inventory, None
+        if inventory is None or inventory == self.inventory:
+            return
+        self.inventory = inventory
+        self.engine.set_nodes(inventory)
+        log.info("node inventory changed (%d nodes): every workload is judged again", inventory.nodes)
+        self._full_due = True
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> None:
+        self.discover()
+        if self.settings.node_inventory:
+            from gpuguard.webhook.server.nodewatch import NodeWatch
+
+            NodeWatch(self.api, self._on_inventory).start()
+        next_lease = next_resync = 0.0
+        while not self.stop_event.is_set():
+            now = time.monotonic()
+            if now >= next_lease:
+                self._lead()
+                next_lease = now + self.settings.lease_duration / 3
+            if now >= next_resync:
+                if next_resync:
+                    self.discover()
+                    self._full_due = True
+                next_resync = now + self.settings.resync
+            self._check_config()
+            self._apply_inventory()
+            metrics.PENDING.set(self.index.pending())
+            for verb, count in list(kubeapi.REQUESTS.items()):
+                metrics.API_REQUESTS.labels(verb).set(count)
+            if self.lease.leading and self.synced and (self._full_due or self.index.pending()):
+                self.stop_event.wait(self.settings.settle)  # debounce: a burst of changes is one batch
+                self.process()
+            else:
+                self.index.changed.wait(0.5)
+
+    def _lead(self) -> None:
+        was = self.lease.leading
+        leading = self.lease.try_acquire_or_renew()
+        metrics.LEADER.set(1 if leading else 0)
+        if leading and not was:
+            try:
+                self.writer.load()  # what the last leader wrote: unchanged reports are not rewritten
+            except Exception as exc:  # noqa: BLE001 - without it every report is rewritten once
+                log.warning("listing existing reports failed (%s)", type(exc).__name__)
+            self._full_due = True
+        if was and not leading:
+            metrics.publish((), leading=False)
+
+    def process(self) -> None:
+        """Judge the dirty workloads (all of them on a full pass), write their reports, update the metrics."""
+        full, self._full_due = self._full_due, False
+        if full:
+            self.index.mark_all()
+        started = time.monotonic()
+        batch, removed = self.index.take()
+        for key in removed:
+            self.facts.pop(key, None)
+            report = self.reports.pop(key, None)
+            if report is not None:
+                self.writer.delete(report)
+        for key, entry in batch:
+            if not self.lease.leading:
+                self.index.mark(key)  # lost the lease mid-batch: the next leader judges it
+                continue
+            self._judge(key, entry)
+        if full:
+            swept = self.writer.sweep(set(self.reports.values()))
+            self.full_passes += 1
+            metrics.FULL_PASSES.inc()
+            if self.first_pass_seconds is None:
+                self.first_pass_seconds = time.monotonic() - self._started
+                log.info("first full pass: %d workloads, %d reports, %.1f s after start", len(batch),
+                         len(self.reports), self.first_pass_seconds)
+            if swept:
+                log.info("removed %d reports whose workloads are gone", swept)
+        elapsed = time.monotonic() - started
+        metrics.PASS_DURATION.labels("full" if full else "changes").observe(elapsed)
+        metrics.LAG.set(elapsed + self.settings.settle)
+        metrics.WORKLOADS.set(len(self.index.entries))
+        metrics.REPORTS.set(len(self.reports))
+        for op in ("create", "update", "delete"):
+            metrics.WRITES.labels(operation=op).inc(self.writer.writes[op] - self._published.get(op, 0))
+            self._published[op] = self.writer.writes[op]
+        metrics.publish(list(self.facts.values()), self.lease.leading)
+
+    def _judge(self, key: WorkloadKey, entry: Any) -> None:
+        namespace = entry.subject.namespace
+        ctx = RequestContext(operation="CREATE", namespace=namespace,
+                             namespace_labels=dict(self.index.namespace_labels.get(namespace or "", {})),
+                             read_object=self.runtimes)
+        outcome = judge(self.engine.evaluate, entry.obj(), ctx, entry.subject, self.policies, self.titles)
+        facts = metrics.Facts(namespace or "")
+        if outcome.relevant:
+            built = build(outcome, time.time())
+            self.writer.put(built)
+            self.reports[key] = (namespace or "", built.report["metadata"]["name"])
+            for r in built.report["results"]:
+                pair = (r["policy"], r["result"])
+                facts.results[pair] = facts.results.get(pair, 0) + 1
+        elif key in self.reports:
+            self.writer.delete(self.reports.pop(key))
+        self._add_cost(outcome, entry.finished, facts)
+        self.facts[key] = facts
+
+    def _add_cost(self, outcome: Outcome, finished: bool, facts: metrics.Facts) -> None:
+        risk = at_risk(outcome, self.prices, finished)
+        if risk is not None:
+            facts.gpu_hours, facts.usd = risk.gpu_hours_per_day, risk.usd_per_day
+        if finished or outcome.decision is None:
+            return
+        cls = outcome.decision.workload_class or "unknown"
+        for resource, n in outcome.accelerators.items():
+            facts.accelerators[(resource, cls)] = n
