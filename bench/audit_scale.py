@@ -70,7 +70,7 @@ def run_audit(target: Path, fmt: str, out: Path, python: str, pythonpath: str | 
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     argv = [python, "-m", "gpuguard.webhook", "audit", str(target), "--format", fmt, "--fail-on", "never",
-            "--no-progress", "--output", str(out)]
+            "--no-progress", "--output-file", str(out)]
     started = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _pid, status, usage = os.wait4(proc.pid, 0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,12 @@ VERBS: dict[str, Verb] = {
     "fix": Verb("gpuguard.webhook.cli.fix", "apply gpuguard's mutations to manifest files in place"),
     "scan": Verb("gpuguard.webhook.scan.command",
                  "background scan: keep PolicyReports and GPU cost metrics of the cluster's workloads current"),
+    "version": Verb("gpuguard.webhook.cli.version", "print the version and the commit it was built from"),
+    "completion": Verb("gpuguard.webhook.cli.completion", "print the shell completion script (bash, zsh, fish)"),
 }
+#: The program's name in usage lines: ``kubectl gpuguard`` when kubectl runs the plugin (``kubectl-gpuguard``).
+PROG = "gpuguard"
+PLUGIN_PROG = "kubectl gpuguard"
 
 
 class _Subparsers:
@@ -81,13 +87,13 @@ def chosen_verb(argv: list[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
-def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None, prog: str = PROG) -> argparse.ArgumentParser:
     """The parser with ``verb``'s module registered, every other verb listed from the table.
 
     ``verb=None`` registers every verb (what tests and docs checks want: the whole command).
     """
     parser = argparse.ArgumentParser(
-        prog="gpuguard",
+        prog=prog,
         description="Admission webhook and audit tool that keeps ML workloads from burning GPU budget.",
     )
     parser.add_argument("--version", action=_VersionAction, help="show the version and the commit, and exit")
@@ -102,9 +108,22 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def _complete_and_exit(prog: str) -> None:
+    """On TAB (``_ARGCOMPLETE`` set by the script of ``gpuguard completion``): print the completions, exit.
+
+    Every verb is registered (their flags are what is completed); registration imports nothing heavy.
+    """
+    import argcomplete
+
+    argcomplete.autocomplete(build_parser(None, prog))
+    sys.exit(ExitCode.USAGE)  # autocomplete exits itself; reached only when it had nothing to do
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    if argv is None and os.environ.get("_ARGCOMPLETE"):
+        _complete_and_exit(prog)
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(chosen_verb(argv) or "")
+    parser = build_parser(chosen_verb(argv) or "", prog)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -113,6 +132,36 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+
+
+def kubectl_plugin() -> int:
+    """``kubectl-gpuguard``: kubectl runs it for ``kubectl gpuguard …``; the same command, named as typed."""
+    return main(prog=PLUGIN_PROG)
+
+
+def kubectl_complete() -> int:
+    """``kubectl_complete-gpuguard``: what kubectl (1.26+) runs for TAB after ``kubectl gpuguard``.
+
+    kubectl passes the words typed after ``gpuguard``, the last being the one completed (empty for a
+    new word), and reads cobra's answer: one completion a line, then ``:`` and a directive (2: no
+    space after a completion ending in ``/`` or ``=``; 4: no file names from the shell, argcomplete
+    gives them).  The completions are argcomplete's, from the same parser as ``gpuguard completion``.
+    """
+    import io
+    import shlex
+
+    import argcomplete
+
+    words = sys.argv[1:] or [""]
+    line = " ".join(["gpuguard", *(shlex.quote(w) for w in words[:-1]), words[-1]])
+    os.environ.update({"_ARGCOMPLETE": "1", "_ARGCOMPLETE_IFS": "\n", "_ARGCOMPLETE_SUPPRESS_SPACE": "1",
+                       "COMP_LINE": line, "COMP_POINT": str(len(line))})
+    answer = io.StringIO()
+    argcomplete.autocomplete(build_parser(None, PLUGIN_PROG), output_stream=answer, exit_method=lambda *_: None)
+    completions = [c.replace("\\", "") for c in answer.getvalue().split("\n") if c]
+    directive = 4 | (2 if any(c.endswith(("/", "=")) for c in completions) else 0)
+    sys.stdout.write("".join(f"{c}\n" for c in completions) + f":{directive}\n")
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -176,7 +176,7 @@ def test_namespace_scope_and_labels(cluster) -> None:
 def test_table_and_sarif_from_a_cluster(cluster, tmp_path: Path) -> None:
     sarif = tmp_path / "cluster.sarif"
     proc = subprocess.run([sys.executable, "-m", "gpuguard.webhook", "audit", "--cluster", "-n", NS_A, "--kubeconfig",
-                           str(cluster.kubeconfig), "--format", "sarif", "--output", str(sarif)],
+                           str(cluster.kubeconfig), "--format", "sarif", "--output-file", str(sarif)],
                           capture_output=True, text=True, cwd=ROOT, env={**cluster.env, "CI": "1"}, timeout=180)
     assert proc.returncode == 1, proc.stderr
     run = json.loads(sarif.read_text())["runs"][0]

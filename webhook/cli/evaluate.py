@@ -11,7 +11,16 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gpuguard.webhook.cli.common import add_nodes_flag, error, guard, load_config_or_exit, with_nodes_or_exit
+from gpuguard.webhook.cli.common import (
+    UsageError,
+    add_common_flags,
+    add_nodes_flag,
+    error,
+    guard,
+    load_config_or_exit,
+    manifest_paths,
+    with_nodes_or_exit,
+)
 from gpuguard.webhook.decision import unresolved_as_finding
 from gpuguard.webhook.exitcodes import ExitCode
 
@@ -22,8 +31,11 @@ if TYPE_CHECKING:
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("evaluate", description="Evaluate every object of a manifest as a CREATE and print "
                                    "violations, the JSON patch and the mutated object.")
-    parser.add_argument("file", help="manifest file (YAML or JSON, multi-document); - for stdin")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("paths", nargs="*", metavar="FILE",
+                        help="manifest file or folder (YAML or JSON, multi-document); - for stdin; -f FILE is the same")
+    add_common_flags(parser, ("text", "json"), manifests=True,
+                     quiet="print nothing (input errors aside); with --fail-on-deny the exit code says whether "
+                     "anything would be denied")
     parser.add_argument("--config", help="GpuguardConfig file (default: the shipped default)")
     parser.add_argument("--namespace", default="default", help="namespace for objects without one")
     add_nodes_flag(parser)
@@ -66,13 +78,16 @@ def run(args: argparse.Namespace) -> int:
     from gpuguard.webhook.objects import StaticLookup
     from gpuguard.workloads.claims import StaticClaims
 
+    paths = manifest_paths(args, "paths")
+    if not paths:
+        raise UsageError("nothing to evaluate: give a manifest (FILE, -f FILE, or - for stdin)")
     engine = Engine(load_config_or_exit(args.config))
     with_nodes_or_exit(engine, args.nodes)
     results: list[dict[str, Any]] = []
     denied = bad_input = False
-    docs = list(load_documents([args.file]))
+    docs = list(load_documents(paths))
     # DRA: claim templates and claims in the same manifest resolve the pods' resourceClaims.
-    engine.claims = StaticClaims((d.obj for d in docs if d.obj is not None), origin=f"{args.file}")
+    engine.claims = StaticClaims((d.obj for d in docs if d.obj is not None), origin=", ".join(paths))
     runtimes = StaticLookup(d.obj for d in docs)  # a TrainJob's runtime in the same manifest
     for doc in docs:
         if doc.error:
@@ -83,11 +98,13 @@ def run(args: argparse.Namespace) -> int:
         ctx = file_context(doc.obj, args.namespace, None, runtimes or None)
         decision = unresolved_as_finding(engine.evaluate(doc.obj, ctx))
         denied = denied or not decision.allowed
+        if args.quiet:
+            continue
         if args.format == "json":
             results.append(decision.result_entry(doc.source, doc.index))
         else:
             print(_text(decision, doc.index))
-    if args.format == "json":
+    if args.format == "json" and not args.quiet:
         sys.stdout.write(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode() + "\n")
     if bad_input:
         return ExitCode.USAGE

@@ -9,11 +9,10 @@ the fixture suite runs as a passing case (``gpuguard.webhook.suite.run_example``
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gpuguard.webhook.cli.common import error, guard
+from gpuguard.webhook.cli.common import add_common_flags, error, guard, print_whole, whole_line_console
 from gpuguard.webhook.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -26,13 +25,13 @@ def register(subparsers: Any) -> None:
     """Add ``policies`` and ``explain`` to the ``gpuguard`` command."""
     policies = subparsers.add_parser("policies", description="List every policy gpuguard ships: id, phase (mutating or "
                                      "validating), default action and what it does.")
-    policies.add_argument("--format", choices=("table", "json"), default="table")
+    add_common_flags(policies, ("table", "json"))
     policies.add_argument("--config", metavar="FILE", help="also list this GpuguardConfig's customPolicies")
     policies.set_defaults(func=guard(run_policies))
     explain = subparsers.add_parser("explain", description="Explain one policy: what it checks, why it matters, its "
                                     "settings (name, type, default) and a manifest that passes it.")
     explain.add_argument("policy", help="policy id, e.g. job-ttl (see `gpuguard policies`)")
-    explain.add_argument("--format", choices=("text", "json"), default="text")
+    add_common_flags(explain, ("text", "json"))
     explain.add_argument("--config", metavar="FILE", help="a GpuguardConfig whose customPolicies may be explained")
     explain.set_defaults(func=guard(run_explain))
 
@@ -71,17 +70,13 @@ def run_policies(args: argparse.Namespace) -> int:
     table.add_column("WHAT IT DOES")
     for p in policies.values():
         table.add_row(p.id, p.phase, p.default_action, p.one_line)
-    console.print(table)
-    console.print("[dim]`gpuguard explain POLICY` tells what it checks, why, its settings and an example.[/dim]")
+    print_whole(console, table)
+    print_whole(console, "[dim]`gpuguard explain POLICY` tells what it checks, why, its settings and an example.[/dim]")
     return ExitCode.OK
 
 
 def _stdout_console() -> Console:
-    from rich.console import Console
-
-    tty = sys.stdout.isatty()
-    return Console(highlight=False, no_color=not tty or bool(os.environ.get("NO_COLOR")),
-                   width=None if tty else 120)
+    return whole_line_console()
 
 
 def config_snippet(info: PolicyInfo) -> str:
@@ -122,25 +117,25 @@ def run_explain(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
         return ExitCode.OK
     console = _stdout_console()
-    console.print(f"[bold]{info.id}[/bold] — {info.title}")
-    console.print(f"{info.phase}, default action: {info.default_action}\n")
-    console.print("[bold]What it checks[/bold]")
-    console.print(info.description or "-")
-    console.print("\n[bold]Why it matters[/bold]")
-    console.print(info.rationale or "-")
+    print_whole(console, f"[bold]{info.id}[/bold] — {info.title}")
+    print_whole(console, f"{info.phase}, default action: {info.default_action}\n")
+    print_whole(console, "[bold]What it checks[/bold]")
+    print_whole(console, info.description or "-")
+    print_whole(console, "\n[bold]Why it matters[/bold]")
+    print_whole(console, info.rationale or "-")
     if not info.configurable:
-        console.print("\nAn engine check: always on, with no action or setting in the config.")
+        print_whole(console, "\nAn engine check: always on, with no action or setting in the config.")
         return ExitCode.OK
-    console.print("\n[bold]Settings[/bold]")
+    print_whole(console, "\n[bold]Settings[/bold]")
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     for column in ("NAME", "TYPE", "DEFAULT", "DESCRIPTION"):
         table.add_column(column, overflow="fold")
     for s in info.settings:
         table.add_row(s.name, s.type, s.default, s.description)
-    console.print(table)
-    console.print("\n[bold]Configure it[/bold] (defaults shown)")
-    console.print(Syntax(config_snippet(info), "yaml", theme="ansi_dark", background_color="default"))
+    print_whole(console, table)
+    print_whole(console, "\n[bold]Configure it[/bold] (defaults shown)")
+    print_whole(console, Syntax(config_snippet(info), "yaml", theme="ansi_dark", background_color="default"))
     if info.example:
-        console.print("[bold]Passes[/bold]")
-        console.print(Syntax(info.example.rstrip(), "yaml", theme="ansi_dark", background_color="default"))
+        print_whole(console, "[bold]Passes[/bold]")
+        print_whole(console, Syntax(info.example.rstrip(), "yaml", theme="ansi_dark", background_color="default"))
     return ExitCode.OK

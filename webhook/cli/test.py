@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuguard.webhook.cli import junit
-from gpuguard.webhook.cli.common import error, guard
+from gpuguard.webhook.cli.common import add_common_flags, error, guard, print_whole, whole_line_console
 from gpuguard.webhook.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -35,8 +35,10 @@ def register(subparsers: Any) -> None:
                     "object with what the case expects. Exit 0 when all pass, 1 when any case fails, 2 when a "
                     "path holds no case.")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="suite folder, case folder or a case's input.yaml")
-    parser.add_argument("--junit", metavar="FILE", help="also write JUnit XML to FILE (- for stdout)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="list failing cases only")
+    add_common_flags(parser, ("table", "junit"), file_flag="--junit",
+                     quiet="list failing cases and their mismatches only; nothing when every case passes")
+    parser.add_argument("--junit", metavar="FILE", help="also write JUnit XML to FILE (- for stdout: the table "
+                        "goes to stderr, as with -o junit)")
     parser.add_argument("--nodes", metavar="FILE", help="Node and Karpenter NodePool objects for cases without "
                         "their own nodes.yaml")
     parser.set_defaults(func=guard(run))
@@ -88,10 +90,28 @@ def _write_junit(target: str, root: ET.Element) -> None:
         junit.write(root, out)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+def _show(results: list[suite.CaseResult], failed: list[suite.CaseResult], stream: Any, quiet: bool) -> None:
+    """The table, each failing case's mismatches and the count; off a terminal every line whole."""
+    console = whole_line_console(stream)
+    print_whole(console, _table(results, quiet), stream=stream)
+    for result in failed:
+        print_whole(console, f"\n[bold]{_status(result)} {result.case.name}[/] ({result.case.path})", markup=True,
+                    stream=stream)
+        for line in ([result.error] if result.error else result.mismatches):
+            print_whole(console, f"  - {line}", markup=False, stream=stream)
+    passed = len(results) - len(failed)
+    print_whole(console, f"\n{passed}/{len(results)} cases passed" + (f", {len(failed)} failed" if failed else ""),
+                stream=stream)
 
+
+def run(args: argparse.Namespace) -> int:
     from gpuguard.webhook import suite
+
+    if args.format == "junit":
+        if args.junit not in (None, "-"):
+            error("-o junit writes JUnit XML to stdout; --junit FILE writes it to a file: give one of them")
+            return ExitCode.USAGE
+        args.junit = "-"
 
     try:
         cases = suite.discover(args.paths)
@@ -113,18 +133,9 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         results.append(suite.run_case(case, nodes))
         seconds[case.path] = time.perf_counter() - start
-    stream = sys.stdout if args.junit != "-" else sys.stderr
-    probe = Console(file=stream)
-    # Not a terminal (CI logs, pipes): wide enough that descriptions do not wrap into columns.
-    console = Console(file=stream, width=probe.width if probe.is_terminal else 200, highlight=False)
-    console.print(_table(results, args.quiet))
     failed = [r for r in results if not r.passed]
-    for result in failed:
-        console.print(f"\n[bold]{_status(result)} {result.case.name}[/] ({result.case.path})", markup=True)
-        for line in ([result.error] if result.error else result.mismatches):
-            console.print(f"  - {line}", markup=False)
-    passed = len(results) - len(failed)
-    console.print(f"\n{passed}/{len(results)} cases passed" + (f", {len(failed)} failed" if failed else ""))
+    if failed or not args.quiet:
+        _show(results, failed, sys.stdout if args.junit != "-" else sys.stderr, args.quiet)
     if args.junit:
         _write_junit(args.junit, junit.build("gpuguard test", [junit_suite(results, " ".join(args.paths), seconds)]))
     unreadable = [r for r in results if r.unreadable]

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from gpuguard.webhook.cli.common import add_common_flags
 from gpuguard.webhook.exitcodes import ExitCode
 from gpuguard.workloads.kinds import KINDS, KindSpec
 
@@ -300,7 +301,13 @@ def cmd_webhook_config(args: argparse.Namespace) -> int:
     except WebhookConfigError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    sys.stdout.write(render_yaml(documents))
+    if args.format == "json":  # as `kubectl get -o json` prints several objects: a List
+        import orjson
+
+        listed = {"apiVersion": "v1", "kind": "List", "items": documents}
+        sys.stdout.write(orjson.dumps(listed, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(render_yaml(documents))
     return ExitCode.OK
 
 
@@ -336,4 +343,5 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--config", metavar="FILE",
                         help="GpuguardConfig the server runs with: its accelerator resources and policies decide "
                              "the matchConditions (default: the built-in config)")
+    add_common_flags(parser, ("yaml", "json"))
     parser.set_defaults(func=cmd_webhook_config)

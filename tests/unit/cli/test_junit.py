@@ -57,7 +57,7 @@ def test_audit_junit_of_a_manifest_with_control_characters_parses(tmp_path, caps
     path = tmp_path / "odd.yaml"
     path.write_text(_job("bad\x01name\x1b[31m"))
     out = tmp_path / "report.xml"
-    main(["audit", str(path), "--format", "junit", "--output", str(out)])
+    main(["audit", str(path), "--format", "junit", "--output-file", str(out)])
     root = ET.parse(out).getroot()
     names = [case.get("name") for case in root.iter("testcase")]
     assert names and all("bad\\x01name\\x1b[31m" in name for name in names)

@@ -3,6 +3,7 @@ broken or empty suite looks like (table, mismatch sentences, JUnit, exit codes).
 
 from __future__ import annotations
 
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -74,10 +75,34 @@ def test_a_failing_and_a_broken_case_exit_1_with_sentences_and_junit(tmp_path, c
     assert "expected allowed, got denied" in failure.text
 
 
-def test_quiet_lists_failing_cases_only(tmp_path, capsys):
+def test_quiet_prints_nothing_when_all_pass_and_only_the_failing_cases_otherwise(tmp_path, capsys):
     assert main(["test", "-q", str(CUSTOM / "job")]) == 0
+    assert capsys.readouterr().out == ""
+    job = yaml.safe_load((CUSTOM / "job" / "denied" / "input.yaml").read_text())
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name in ("config.yaml", "suite.yaml"):
+        (suite / name).write_text((CUSTOM / name).read_text())
+    _case(suite, "wrong", {"description": "expects the wrong thing", "allowed": True}, job)
+    shutil.copytree(CUSTOM / "job" / "denied", suite / "right")
+    assert main(["test", "--quiet", str(suite)]) == 1
     out = capsys.readouterr().out
-    assert "PASS" not in out and "2/2 cases passed" in out
+    assert "FAIL    wrong" in out and "expected allowed, got denied" in out and "right" not in out
+
+
+def test_output_junit_writes_the_xml_to_stdout_and_a_file_name_points_at_junit(tmp_path, capsys):
+    assert main(["test", "-o", "junit", str(CUSTOM / "job")]) == 0
+    captured = capsys.readouterr()
+    root = ET.fromstring(captured.out)
+    assert root.get("tests") == "2" and "2/2 cases passed" in captured.err  # the table, off stdout
+    assert main(["test", "--format", "junit", str(CUSTOM / "job")]) == 0  # the old spelling still works
+    assert ET.fromstring(capsys.readouterr().out).get("failures") == "0"
+    try:
+        main(["test", "-o", "report.xml", str(CUSTOM / "job")])
+    except SystemExit as exc:
+        assert exc.code == 2
+    err = capsys.readouterr().err
+    assert "'report.xml' is not an output format" in err and "--junit report.xml" in err
 
 
 def test_a_path_without_cases_is_a_usage_error(tmp_path, capsys):

@@ -23,11 +23,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 from gpuguard.webhook.cli.audit.formats import FORMATS, HUMAN_FORMATS, RenderOptions, open_writer
 from gpuguard.webhook.cli.audit.run import FAIL_ON, AuditItem, AuditReport
 from gpuguard.webhook.cli.common import (
+    NO_WIDTH,
     UsageError,
+    add_common_flags,
     add_nodes_flag,
     error,
     guard,
     load_config_or_exit,
+    manifest_paths,
     with_nodes_or_exit,
 )
 from gpuguard.webhook.exitcodes import ExitCode
@@ -47,7 +50,7 @@ def register(subparsers: Any) -> None:
         "config, input or cluster errors (2 wins over 1). See docs/audit.md.")
     parser.add_argument("paths", nargs="*", metavar="PATH",
                         help="manifest files or folders (recursive: *.yaml, *.yml, *.json); - reads stdin "
-                        "(helm template | gpuguard audit -)")
+                        "(helm template | gpuguard audit -); -f PATH is the same")
     source = parser.add_argument_group("live cluster")
     source.add_argument("--cluster", action="store_true",
                         help="audit the workloads of the current kubeconfig context, as if each were created now")
@@ -75,14 +78,15 @@ def register(subparsers: Any) -> None:
                         help="documents without apiVersion/kind (values.yaml, CI configs) are counted in a note "
                         "instead of being input errors; invalid YAML still is one (for pre-commit hooks)")
     output = parser.add_argument_group("output")
-    output.add_argument("--format", choices=tuple(FORMATS), default="table",
-                        help="table (default), json, junit, sarif, policyreport or html")
-    output.add_argument("--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    add_common_flags(output, tuple(FORMATS), manifests=True, file_flag="--output-file",
+                     quiet="print nothing (errors aside): the exit code says the result; --output-file is "
+                     "still written")
+    output.add_argument("--output-file", metavar="FILE", help="write the report to FILE instead of stdout")
     output.add_argument("--fail-on", choices=FAIL_ON, default="deny",
                         help="exit 1 when a finding is at or above this level (default: deny)")
     output.add_argument("--diff", action="store_true",
                         help="print each workload's unified YAML diff before/after mutation (with a format other "
-                        "than table, the report needs --output)")
+                        "than table, the report needs --output-file)")
     output.add_argument("-v", "--verbose", action="store_true",
                         help="table: also list objects that are not checked (ConfigMaps, exempt namespaces ...)")
     output.add_argument("--no-progress", action="store_true", help="never show a progress bar")
@@ -96,8 +100,9 @@ def _positive(text: str) -> int:
     return value
 
 
-def _note(message: str) -> None:
-    print(f"gpuguard: {message}", file=sys.stderr)
+def _note(args: argparse.Namespace, message: str) -> None:
+    if not args.quiet:
+        print(f"gpuguard: {message}", file=sys.stderr)
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
@@ -111,8 +116,7 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 
 
 def _check_flags(args: argparse.Namespace) -> None:
-    from gpuguard.webhook.manifests import STDIN
-
+    args.paths = manifest_paths(args, "paths")
     if not args.paths and not args.cluster:
         raise UsageError("nothing to audit: give manifest paths (or - for stdin) or --cluster")
     if args.all_namespaces and args.namespace:
@@ -125,10 +129,8 @@ def _check_flags(args: argparse.Namespace) -> None:
             if value and not (args.lookup_cluster and flag != "--all-namespaces"):
                 raise UsageError(f"{flag} needs --cluster" + ("" if flag == "--all-namespaces" else
                                                             " or --lookup-cluster"))
-    if args.paths.count(STDIN) > 1:
-        raise UsageError("- (stdin) can be given once")
-    if args.diff and args.format not in HUMAN_FORMATS and not args.output:
-        raise UsageError(f"--diff prints to stdout, so --format {args.format} needs --output FILE")
+    if args.diff and args.format not in HUMAN_FORMATS and not args.output_file and not args.quiet:
+        raise UsageError(f"--diff prints to stdout, so -o {args.format} needs --output-file FILE")
 
 
 def _progress_enabled(args: argparse.Namespace) -> bool:
@@ -172,12 +174,13 @@ def run_audit(args: argparse.Namespace) -> int:
             error(str(exc))
             return ExitCode.USAGE
     report = AuditReport(fail_on=args.fail_on, catalog=load_catalog(engine.config))
-    with _destination(args.output) as (out, tty):
+    with _destination(args.output_file, args.quiet) as (out, tty):
         color = tty and not os.environ.get("NO_COLOR")
-        options = RenderOptions(color=color, width=None if tty else 120, verbose=args.verbose,
+        # Off a terminal no width: a line is as long as its text (`| grep` sees it whole).
+        options = RenderOptions(color=color, width=None if tty else NO_WIDTH, verbose=args.verbose,
                                 diff=args.diff and args.format in HUMAN_FORMATS)
         writer = open_writer(report, args.format, out, options)
-        diffs = _DiffPrinter() if args.diff and args.format not in HUMAN_FORMATS else None
+        diffs = _DiffPrinter() if args.diff and args.format not in HUMAN_FORMATS and not args.quiet else None
         seen = 0
 
         def each(item: AuditItem) -> None:
@@ -188,6 +191,9 @@ def run_audit(args: argparse.Namespace) -> int:
             writer.add(item)
             if diffs is not None:
                 diffs.print(item)
+            if args.quiet and item.error:  # the report is not shown: its errors are said on stderr
+                doc = item.doc
+                error(f"{doc.source}{'' if doc.line is None else f':{doc.line}'}: {item.error}")
 
         try:
             with _progress(_progress_enabled(args)) as progress:
@@ -198,6 +204,9 @@ def run_audit(args: argparse.Namespace) -> int:
                     return ExitCode.USAGE
             if not seen and not report.extra_errors:
                 report.notes.append("no Kubernetes objects found in the given inputs")
+            if args.quiet:
+                for message in report.extra_errors:
+                    error(str(message))
             writer.finish()
         finally:
             writer.close()
@@ -277,7 +286,7 @@ def _audit_cluster(args: argparse.Namespace, conn: Any, engine: Any, prices: cos
 
     namespace = None if args.all_namespaces else (args.namespace or conn.namespace)
     if namespace and not args.namespace:
-        _note(f"auditing namespace {namespace!r} of context {conn.context!r} (-A for every namespace)")
+        _note(args, f"auditing namespace {namespace!r} of context {conn.context!r} (-A for every namespace)")
     lister = ClusterLister(conn.api, namespace=namespace, chunk_size=args.chunk_size,
                            source=f"cluster:{conn.context}")
     task = progress.add_task("Discovering APIs", total=None, objects=0) if progress else None
@@ -319,9 +328,13 @@ def _audit_cluster(args: argparse.Namespace, conn: Any, engine: Any, prices: cos
 
 
 @contextlib.contextmanager
-def _destination(path: str | None) -> Iterator[tuple[TextIO, bool]]:
-    """(stream, is_terminal) for the report."""
+def _destination(path: str | None, quiet: bool) -> Iterator[tuple[TextIO, bool]]:
+    """(stream, is_terminal) for the report: ``--output-file``, else stdout, else (``--quiet``) nowhere."""
     if not path or path == "-":
+        if quiet and not path:
+            with open(os.devnull, "w", encoding="utf-8") as null:
+                yield null, False
+            return
         yield sys.stdout, sys.stdout.isatty()
         return
     try:
@@ -334,7 +347,7 @@ def _destination(path: str | None) -> Iterator[tuple[TextIO, bool]]:
 
 class _DiffPrinter:
     """``--diff`` with a machine format: each workload's diff goes to stdout as it is decided, the report to
-    --output."""
+    --output-file."""
 
     def __init__(self) -> None:
         self.console: Any = None

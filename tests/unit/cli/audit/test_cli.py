@@ -86,7 +86,7 @@ def test_bad_config_reports_file_and_line(capsys, tmp_path: Path) -> None:
 
 def test_output_file_and_diff_to_stdout(capsys, tmp_path: Path) -> None:
     report = tmp_path / "audit.sarif"
-    code, out, _ = run(capsys, "audit", CHANGED, "--format", "sarif", "--output", str(report), "--diff")
+    code, out, _ = run(capsys, "audit", CHANGED, "--format", "sarif", "--output-file", str(report), "--diff")
     assert code == 0
     assert json.loads(report.read_text())["version"] == "2.1.0"
     assert out.startswith("--- JobSet ml-research/gpt-1b-pretrain (submitted)")
@@ -168,7 +168,7 @@ def test_ci_examples_use_real_flags() -> None:
     assert args.command == "audit" and args.ignore_non_kubernetes and args.paths == ["k8s/job.yaml"]
     workflow = yaml.safe_load((ROOT / "docs" / "ci" / "github-actions-audit.yml").read_text())
     scripts = "\n".join(step.get("run", "") for step in workflow["jobs"]["audit"]["steps"])
-    for flag in ("--format sarif", "--format junit", "--format html", "--fail-on", "--exclude", "--output"):
+    for flag in ("-o sarif", "-o junit", "-o html", "--fail-on", "--exclude", "--output-file"):
         assert flag in scripts
         assert flag.split()[0] in parser._subparsers._group_actions[0].choices["audit"].format_help()
 

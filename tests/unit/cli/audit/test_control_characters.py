@@ -41,7 +41,7 @@ def odd_manifest(tmp_path):
 @pytest.mark.parametrize("fmt", ["json", "sarif"])
 def test_json_formats_parse(fmt, odd_manifest, tmp_path):
     out = tmp_path / f"report.{fmt}"
-    assert main(["audit", str(odd_manifest), "--format", fmt, "--output", str(out)]) in (0, 1)
+    assert main(["audit", str(odd_manifest), "--format", fmt, "--output-file", str(out)]) in (0, 1)
     raw = out.read_bytes()
     raw.decode("utf-8")  # strict: no lone surrogate written
     assert holds_the_name(json.loads(raw))
@@ -49,14 +49,14 @@ def test_json_formats_parse(fmt, odd_manifest, tmp_path):
 
 def test_policyreport_parses(odd_manifest, tmp_path):
     out = tmp_path / "report.yaml"
-    assert main(["audit", str(odd_manifest), "--format", "policyreport", "--output", str(out)]) in (0, 1)
+    assert main(["audit", str(odd_manifest), "--format", "policyreport", "--output-file", str(out)]) in (0, 1)
     docs = [d for d in yaml.safe_load_all(out.read_bytes().decode("utf-8")) if d]
     assert holds_the_name(docs)
 
 
 def test_html_holds_no_control_characters_and_no_markup_from_the_manifest(odd_manifest, tmp_path):
     out = tmp_path / "report.html"
-    assert main(["audit", str(odd_manifest), "--format", "html", "--output", str(out)]) in (0, 1)
+    assert main(["audit", str(odd_manifest), "--format", "html", "--output-file", str(out)]) in (0, 1)
     page = out.read_bytes().decode("utf-8")
     bad = sorted({hex(ord(c)) for c in page if (ord(c) < 0x20 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F})
     assert bad == []

@@ -39,7 +39,7 @@ def test_evaluate_json_has_the_violation_shape(capsys):
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_every_audit_format_shows_the_custom_finding(capsys, tmp_path, fmt):
     out_file = tmp_path / f"report.{fmt}"
-    code = main(["audit", "--config", str(CONFIG), "--format", fmt, "--output", str(out_file), str(RAYJOB)])
+    code = main(["audit", "--config", str(CONFIG), "--format", fmt, "--output-file", str(out_file), str(RAYJOB)])
     text = out_file.read_text()
     assert code == 1  # denied
     if fmt == "json":

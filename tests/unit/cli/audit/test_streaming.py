@@ -88,7 +88,7 @@ def alive(monkeypatch) -> list[int]:
 def test_no_item_outlives_its_turn(tmp_path: Path, alive: list[int], fmt: str, capsys) -> None:
     folder = corpus(tmp_path, 40)
     out = tmp_path / f"report.{fmt}"
-    code = main(["audit", str(folder), "--format", fmt, "--output", str(out), "--diff" if fmt != "table" else "-v"])
+    code = main(["audit", str(folder), "-o", fmt, "--output-file", str(out), "--diff" if fmt != "table" else "-v"])
     assert code == 2  # the broken file: an incomplete audit
     assert alive == [0], f"{alive} earlier items or decisions were kept while the audit ran"
     assert out.stat().st_size > 0

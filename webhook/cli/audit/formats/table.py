@@ -14,6 +14,7 @@ from typing import TextIO
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.padding import Padding
+from rich.rule import Rule
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
@@ -215,7 +216,8 @@ class Writer:
     def finish(self) -> None:
         if self.items:
             self.console.print()
-        self.console.rule(escape("Summary"), align="left", style="dim")
+        # A rule as wide as a terminal's, also off one (where the console has no width to speak of).
+        self.console.print(Rule(escape("Summary"), align="left", style="dim"), width=min(self.console.width, 120))
         for part in _summary(self.report):
             self.console.print(part)
         self._flush()
