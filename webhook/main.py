@@ -108,14 +108,23 @@ def build_parser(verb: str | None = None, prog: str = PROG) -> argparse.Argument
     return parser
 
 
-def _complete_and_exit(prog: str) -> None:
-    """On TAB (``_ARGCOMPLETE`` set by the script of ``gpuguard completion``): print the completions, exit.
+def _completion_parser(line: str, prog: str) -> argparse.ArgumentParser:
+    """The parser a TAB at the end of ``line`` needs: the verb typed whole, or none (verbs are listed anyway).
 
-    Every verb is registered (their flags are what is completed); registration imports nothing heavy.
+    As for a run, only the chosen verb's module is imported: a TAB costs what ``VERB --help`` costs.
     """
+    typed = line.split()[1:]
+    if typed and not line.endswith(" "):
+        typed = typed[:-1]  # the word being completed is not chosen yet
+    return build_parser(chosen_verb(typed) or "", prog)
+
+
+def _complete_and_exit(prog: str) -> None:
+    """On TAB (``_ARGCOMPLETE`` set by the script of ``gpuguard completion``): print the completions, exit."""
     import argcomplete
 
-    argcomplete.autocomplete(build_parser(None, prog))
+    line = os.environ.get("COMP_LINE", "")
+    argcomplete.autocomplete(_completion_parser(line[:int(os.environ.get("COMP_POINT", len(line)))], prog))
     sys.exit(ExitCode.USAGE)  # autocomplete exits itself; reached only when it had nothing to do
 
 
@@ -157,7 +166,8 @@ def kubectl_complete() -> int:
     os.environ.update({"_ARGCOMPLETE": "1", "_ARGCOMPLETE_IFS": "\n", "_ARGCOMPLETE_SUPPRESS_SPACE": "1",
                        "COMP_LINE": line, "COMP_POINT": str(len(line))})
     answer = io.StringIO()
-    argcomplete.autocomplete(build_parser(None, PLUGIN_PROG), output_stream=answer, exit_method=lambda *_: None)
+    argcomplete.autocomplete(_completion_parser(line, PLUGIN_PROG), output_stream=answer,
+                             exit_method=lambda *_: None)
     completions = [c.replace("\\", "") for c in answer.getvalue().split("\n") if c]
     directive = 4 | (2 if any(c.endswith(("/", "=")) for c in completions) else 0)
     sys.stdout.write("".join(f"{c}\n" for c in completions) + f":{directive}\n")
