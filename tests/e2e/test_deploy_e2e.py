@@ -9,7 +9,7 @@ from tests.support.gpuguard_process import ROOT
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.parametrize("target", ["deploy/base", "deploy/overlays/dev"])
+@pytest.mark.parametrize("target", ["deploy/base", "deploy/overlays/dev", "deploy/overlays/self-managed"])
 def test_kustomizations_pass_server_side_validation(control_plane, target):
     # A server-side dry run can't create objects in a namespace the same dry run "creates".
     if control_plane.kubectl("get", "namespace", "gpuguard", check=False).returncode != 0:

@@ -103,6 +103,9 @@ def _self_managed(args: argparse.Namespace) -> SelfManagedCerts:
         raise StartupError("; ".join(lifetimes.problems()))
     if args.cert_check_interval <= 0:
         raise StartupError("--cert-check-interval must be more than 0 seconds")
+    if lifetimes.serving.total_seconds() * (1 - sm.RENEW_AT) < 4 * args.cert_check_interval:
+        raise StartupError("--serving-lifetime must be at least 12 times --cert-check-interval: a renewal, made "
+                           "when 1/3 of the lifetime is left, must reach every replica before the old one expires")
     try:
         connection = connect(args.kubeconfig)
     except KubeConfigError as exc:
