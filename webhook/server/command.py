@@ -264,7 +264,7 @@ def register(subparsers: Any) -> None:
     managed = parser.add_argument_group(
         "self-managed certificates", "the server keeps its own CA and serving certificate in a Secret, writes "
         "the webhooks with their caBundle into its own two configurations and rotates both before expiry "
-        "(docs/admin.md#certificates)")
+        "(docs/admin.md#self-managed-certificates)")
     managed.add_argument("--self-managed-certs", metavar="SECRET",
                          help="the Secret holding the CA and serving certificate (instead of --tls-cert/--tls-key); "
                               "needs get/update on it, get on --webhooks-configmap and get/update on the two "
