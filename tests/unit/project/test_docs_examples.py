@@ -82,13 +82,14 @@ def test_a_gpuguard_command_that_does_not_run_says_why():
 
 @cache
 def _real_findings() -> tuple[str, ...]:
-    """Every finding the fixtures and the shipped examples give, as users read it (an inline code span in
+    """Every finding and change the fixtures and the shipped examples give, as users read it (an inline code span in
     Markdown cannot hold the backticks a message puts around a command, so they are dropped)."""
     texts: set[str] = set()
     for case in suite.discover([REPO / path for path in MESSAGE_SOURCES]):
         decision = suite.run_case(case).decision
         if decision is not None:
             texts.update(v.text for v in decision.violations)
+            texts.update(c.text for c in decision.changes)
     engine = Engine(load_config(None))
     for example in sorted((REPO / "examples").glob("*.yaml")):
         for document in parse_text(example.read_text(), str(example)):
@@ -96,6 +97,7 @@ def _real_findings() -> tuple[str, ...]:
                 continue
             decision = engine.evaluate(document.obj, RequestContext(operation="CREATE", namespace="default"))
             texts.update(v.text for v in decision.violations)
+            texts.update(c.text for c in decision.changes)
     return tuple(sorted(text.replace("`", "") for text in texts))
 
 
