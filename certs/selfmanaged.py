@@ -379,7 +379,8 @@ def desired_configuration(live: Mapping[str, Any], template: Mapping[str, Any], 
         return None
     annotations.update({SERIAL: str(serial), DIGEST: digest})
     body = {key: value for key, value in live.items() if key != "webhooks"}
-    body["metadata"] = {**(live.get("metadata") or {}), "annotations": annotations}
+    metadata = {k: v for k, v in (live.get("metadata") or {}).items() if k != "managedFields"}  # the server's
+    body["metadata"] = {**metadata, "annotations": annotations}
     body["webhooks"] = webhooks
     return body
 

@@ -129,7 +129,7 @@ def secret_body(opts: Options, live: dict[str, Any] | None, state: sm.CertState)
     data, annotations = sm.render(state)
     body = dict(live) if live else {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {
         "name": opts.secret, "namespace": opts.namespace, "labels": {"app.kubernetes.io/name": "gpuguard"}}}
-    metadata = dict(body.get("metadata") or {})
+    metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}  # the server's
     merged = dict(metadata.get("annotations") or {})
     for key, value in annotations.items():
         if value is None:

@@ -177,3 +177,19 @@ def test_an_api_error_is_reported_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(certwatch.CertSetupError, match="gpuguard-webhooks"):
         replica.bootstrap()
     assert certwatch._describe(Conflict(403), replica.opts).startswith("not allowed (HTTP 403)")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--tls-cert", "c", "--tls-key", "k"], "replaces --tls-cert/--tls-key/--dev-certs"),
+    (["--workers", "2"], "one worker per process"),
+    (["--serving-lifetime", "10s", "--cert-check-interval", "2"], "at least 12 times --cert-check-interval"),
+    (["--ca-lifetime", "a year"], "not a duration"),
+    (["--ca-lifetime", "30m", "--ca-overlap", "10m"], "more than 6 times the overlap"),
+])
+def test_serve_refuses_self_managed_settings_that_cannot_work(args: list[str], message: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuguard.webhook.server import command
+
+    assert command.main(["--self-managed-certs", "gpuguard-certs", "--port", "0", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
