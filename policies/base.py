@@ -156,6 +156,11 @@ class Policy:
 class MutatingPolicy(Policy):
     run: MutateFn
     phase: ClassVar[Phase] = "mutating"
+    # The fields it writes, each relative to every pod spec of the object (``tolerations``,
+    # ``containers[].resources``) or a job field of the kind table (``job.ttl``: ``KindSpec.job.ttl``):
+    # the fields GitOps tools are told gpuguard owns (``docs/gitops.md``, generated).  A fixture test
+    # fails when a policy writes outside them.
+    writes: tuple[str, ...] = field(default=(), kw_only=True)
 
 
 @dataclass(frozen=True)

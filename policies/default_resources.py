@@ -256,4 +256,5 @@ POLICY = MutatingPolicy(
     rationale="A GPU pod with only a GPU limit is BestEffort: evicted first under memory pressure and "
     "free to starve its data loaders; right-sized requests keep a node's GPUs usable.",
     cpu_scope=cpu_scope,
+    writes=("containers[].resources", "initContainers[].resources"),
 )

@@ -206,4 +206,5 @@ POLICY = MutatingPolicy(
     rationale="Without it a GPU pod can wait on CPU-only nodes the autoscaler keeps adding, and CPU pods "
     "can fill the GPU nodes' CPU and memory so GPUs sit idle.",
     cpu_scope=cpu_scope,
+    writes=("affinity.nodeAffinity",),
 )

@@ -68,4 +68,5 @@ POLICY = MutatingPolicy(
     rationale="GPU node pools are tainted to keep CPU pods off; a GPU pod without the toleration pends "
     "forever while its job's clock runs.",
     cpu_scope=accelerator_objects_only,
+    writes=("tolerations",),
 )

@@ -62,4 +62,5 @@ POLICY = MutatingPolicy(
     rationale="A hung or crash-looping GPU job bills every GPU-hour until a human notices; over a weekend "
     "that is 60 hours per GPU.",
     cpu_scope=accelerator_objects_only,
+    writes=("job.deadline", "job.backoff"),
 )

@@ -69,4 +69,5 @@ POLICY = MutatingPolicy(
     rationale="Finished jobs that are never deleted keep their pods, claims and (for RayJob) whole clusters "
     "around, holding quota and sometimes GPUs.",
     cpu_scope=cpu_scope,
+    writes=("job.ttl", "job.ttl_variants", "job.ttl_requires_true"),
 )

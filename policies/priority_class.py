@@ -69,4 +69,5 @@ POLICY = MutatingPolicy(
     rationale="Without classes a notebook can hold the GPUs a production model server needs, and nothing "
     "tells the scheduler which pod to preempt.",
     cpu_scope=cpu_scope,
+    writes=("priorityClassName", "priority", "preemptionPolicy"),
 )

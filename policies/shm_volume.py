@@ -110,4 +110,5 @@ POLICY = MutatingPolicy(
     rationale="PyTorch DataLoader workers share batches through /dev/shm; on the 64 MiB default they die "
     "with a bus error hours into a run.",
     cpu_scope=accelerator_objects_only,
+    writes=("volumes", "containers[].volumeMounts"),
 )

@@ -11,7 +11,9 @@ report use the same catalog.
 from __future__ import annotations
 
 import difflib
+import re
 import types
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -22,6 +24,7 @@ from pydantic_core import PydanticUndefined
 from gpuguard.policies import REGISTRY, Policy
 from gpuguard.webhook.decision import NOT_FULLY_CHECKED, NOT_FULLY_CHECKED_TITLE
 from gpuguard.webhook.engine import prechecks
+from gpuguard.workloads.kinds import KINDS, KindSpec
 
 _ACTION_HELP = ("enforce: deny (validating) or apply (mutating); warn: allow with a kubectl warning; "
                 "audit: allow, record only; off: skip")
@@ -178,3 +181,57 @@ def find(catalog: dict[str, PolicyInfo], policy_id: str) -> PolicyInfo:
     suggestions = difflib.get_close_matches(lowered, ids, n=3, cutoff=0.5)
     suggestions += [pid for pid in ids if lowered and lowered in pid and pid not in suggestions][:3]
     raise UnknownPolicyError(policy_id, suggestions[:3])
+
+
+# ---------------------------------------------------------------- the fields gpuguard owns (GitOps)
+
+# Annotations gpuguard writes on every object it changes (the engine's record, the sizing's source).
+OWNED_ANNOTATIONS = ("gpuguard.io/mutated-by", "gpuguard.io/sized-from")
+_JQ_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _jq(steps: Iterable[str]) -> str:
+    """Path steps (``{}``: every value of a map, ``[]``: every item of a list) as a jq path expression."""
+    out = ""
+    for step in steps:
+        if step in ("{}", "[]"):
+            out += "[]?"  # optional: a kind's object without this map or list is not an error to jq
+        elif _JQ_NAME.fullmatch(step):
+            out += f".{step}"
+        else:
+            out += f'["{step}"]'
+    return out or "."
+
+
+def _field_steps(field: str) -> list[str]:
+    """``containers[].resources`` -> ``["containers", "[]", "resources"]``."""
+    steps: list[str] = []
+    for part in field.split("."):
+        steps += [part.removesuffix("[]"), "[]"] if part.endswith("[]") else [part]
+    return steps
+
+
+def owned_fields(kind: KindSpec) -> list[tuple[str, str]]:
+    """(policy id, jq path) of every field gpuguard's mutating policies write on ``kind``: each pod spec's
+    fields the policies declare (``MutatingPolicy.writes``), the kind's job fields from the kind table, and
+    gpuguard's annotations.  What ``docs/gitops.md`` tells Argo CD to ignore (``scripts/generate.py``)."""
+    found: dict[str, str] = {}
+    for policy in REGISTRY.values():
+        for written in getattr(policy, "writes", ()):
+            if written.startswith("job."):
+                value = getattr(kind.job, written.removeprefix("job."), None) if kind.job else None
+                paths = (value or ()) if written == "job.ttl_variants" else ((value,) if value else ())
+                for path in paths:
+                    found.setdefault(_jq(str(s) for s in path), policy.id)
+            else:
+                for spec in kind.pod_spec_paths:
+                    found.setdefault(_jq([*(str(s) for s in spec), *_field_steps(written)]), policy.id)
+    for annotation in OWNED_ANNOTATIONS:
+        found.setdefault(_jq(("metadata", "annotations", annotation)), "gpuguard")
+    return [(policy, path) for path, policy in found.items()]
+
+
+def argocd_ignore_differences() -> list[dict[str, Any]]:
+    """An Argo CD Application's ``ignoreDifferences``: per workload kind, the fields gpuguard owns."""
+    return [{"group": kind.group, "kind": kind.kind, "jqPathExpressions": [path for _, path in owned_fields(kind)]}
+            for kind in KINDS]
