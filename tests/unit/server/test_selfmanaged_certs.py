@@ -129,10 +129,15 @@ def test_a_fresh_install_creates_the_secret_then_writes_the_webhooks_then_is_rea
     assert len(cluster.writes) == 3  # in step: nothing more is written
 
 
-def test_two_replicas_starting_together_agree_on_one_secret(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shipped", [True, False], ids=["secret shipped empty", "no secret"])
+def test_two_replicas_starting_together_agree_on_one_secret(tmp_path: Path, shipped: bool) -> None:
     cluster = FakeCluster()
+    if shipped:  # as the manifests install it: the server only updates it
+        cluster.secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                          "metadata": {"name": "gpuguard-certs", "resourceVersion": "1"}}
     a, b = _replica(cluster, tmp_path, "a"), _replica(cluster, tmp_path, "b")
-    # Both read the empty Secret before either writes: b's create loses with 409 and reads a's.
+    # Both read the Secret before either writes: b's write loses with 409 (create or stale
+    # resourceVersion) and b then reads a's.
     live_a, live_b = a._read(), b._read()
     assert a._step(live_a, T0) and b._step(live_b, T0)
     assert cluster.writes == ["secret"]
