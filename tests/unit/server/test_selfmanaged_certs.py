@@ -134,7 +134,7 @@ def test_two_replicas_starting_together_agree_on_one_secret(tmp_path: Path, ship
     cluster = FakeCluster()
     if shipped:  # as the manifests install it: the server only updates it
         cluster.secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                          "metadata": {"name": "gpuguard-certs", "resourceVersion": "1"}}
+                          "metadata": {"name": "gpuguard-certs", "resourceVersion": "0"}}
     a, b = _replica(cluster, tmp_path, "a"), _replica(cluster, tmp_path, "b")
     # Both read the Secret before either writes: b's write loses with 409 (create or stale
     # resourceVersion) and b then reads a's.
