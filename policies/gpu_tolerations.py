@@ -52,7 +52,8 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
                 changed = True
         # A list without merge keys: client-side diffs see the user's list grown.  On a bare Pod the
         # apiserver's own admission (DefaultTolerationSeconds) filled it, not the user.
-        if not view.kind.is_pod and not view.inherits(template, "tolerations"):
+        if before and len(tolerations) > before and not view.kind.is_pod \
+                and not view.inherits(template, "tolerations"):
             view.extended((*template.spec_path, "tolerations"), before, len(tolerations))
     return changed
 
