@@ -123,11 +123,12 @@ REQUESTS: dict[str, int] = {}
 
 
 def request(api: Any, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None,
-            timeout: float | tuple[float, float] | None = None) -> Any:
+            timeout: float | tuple[float, float] | None = None, stream: bool = False) -> Any:
     """A raw API call: ``path`` (``/apis/group/version/...``) with ``query``, ``body`` sent as JSON.
 
-    Returns the unread urllib3 response (``.data`` for the body, ``.stream()`` for a watch), so callers
-    parse JSON themselves and watches stream; an error status raises ``ApiError`` with the body.
+    Returns the urllib3 response: read whole (``.data``) and its connection back in the pool, or with
+    ``stream`` unread (``.stream()``, for a watch; the caller releases it).  Callers parse JSON
+    themselves; an error status raises ``ApiError`` with the body.
     """
     pairs = [(k, str(v).lower() if isinstance(v, bool) else v) for k, v in (query or {}).items() if v is not None]
     headers = {"Accept": "application/json"}
@@ -138,9 +139,10 @@ def request(api: Any, method: str, path: str, query: dict[str, Any] | None = Non
     method, url, headers, body, _ = api.param_serialize(method, path, query_params=pairs, header_params=headers,
                                                        body=body, auth_settings=["BearerToken"])
     response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout).response
-    if response.status >= 400:
-        data = response.data
+    if response.status >= 400 or not stream:
+        data = response.data  # read whole: a connection goes back to the pool only with nothing left unread
         response.release_conn()
-        raise ApiException(status=response.status, reason=response.reason,
-                           body=data.decode("utf-8", "replace") if isinstance(data, bytes) else data)
+        if response.status >= 400:
+            raise ApiException(status=response.status, reason=response.reason,
+                               body=data.decode("utf-8", "replace") if isinstance(data, bytes) else data)
     return response

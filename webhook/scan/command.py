@@ -40,6 +40,8 @@ def register(subparsers: Any) -> None:
                         "(default: %(default)s)")
     parser.add_argument("--no-node-inventory", action="store_true", help="decide without watching Nodes (as the "
                         "webhook without --node-inventory)")
+    parser.add_argument("--dra-claims", action="store_true", help="watch DRA ResourceClaimTemplates and "
+                        "ResourceClaims to count the devices pods' resourceClaims ask for (as the webhook's flag)")
     parser.add_argument("--metrics-host", default="0.0.0.0", help="metrics address (default: %(default)s)")
     parser.add_argument("--metrics-port", type=int, default=9090, help="port of /metrics, 0 for none (default: "
                         "%(default)s)")
@@ -61,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings(config=args.config, lease_namespace=args.lease_namespace or conn.namespace,
                         lease_name=args.lease_name, identity=args.identity, resync=args.resync, settle=args.settle,
                         page_size=args.page_size, write_qps=args.write_qps, write_burst=args.write_burst,
-                        lease_duration=args.lease_duration, node_inventory=not args.no_node_inventory)
+                        lease_duration=args.lease_duration, node_inventory=not args.no_node_inventory,
+                        dra_claims=args.dra_claims)
     if args.metrics_port:
         from prometheus_client import start_http_server
 

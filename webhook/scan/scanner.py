@@ -51,6 +51,7 @@ class Settings:
     write_burst: int = 50
     lease_duration: float = 15.0
     node_inventory: bool = True
+    dra_claims: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -167,6 +168,10 @@ class Scanner:
             from gpuguard.webhook.server.nodewatch import NodeWatch
 
             NodeWatch(self.api, self._on_inventory).start()
+        if self.settings.dra_claims:  # claims change rarely: the resync re-judges what reads them
+            from gpuguard.webhook.server.claimwatch import start_shared_watch
+
+            start_shared_watch(self.api)
         next_lease = next_resync = 0.0
         while not self.stop_event.is_set():
             now = time.monotonic()

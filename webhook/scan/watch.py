@@ -90,10 +90,10 @@ class ResourceWatch:
                 self._stop.wait(delay)
                 delay = min(delay * 2, 60.0)
 
-    def _call(self, query: dict[str, Any], timeout: Any) -> Any:
+    def _call(self, query: dict[str, Any], timeout: Any, stream: bool = False) -> Any:
         if self.label_selector:
             query = {**query, "labelSelector": self.label_selector}
-        return request(self.api, "GET", self.path, query, timeout=timeout)
+        return request(self.api, "GET", self.path, query, timeout=timeout, stream=stream)
 
     def list(self) -> str:
         """Every object, page by page, to ``on_event("ADDED")``; then ``on_sync``; the list's resourceVersion."""
@@ -123,7 +123,7 @@ class ResourceWatch:
         """Events from ``version`` until the server ends the watch; the newest resourceVersion seen."""
         query = {"watch": True, "resourceVersion": version, "allowWatchBookmarks": True,
                  "timeoutSeconds": WATCH_SECONDS}
-        response = self._call(query, timeout=(10, WATCH_SECONDS + 60))
+        response = self._call(query, timeout=(10, WATCH_SECONDS + 60), stream=True)
         try:
             for line in _lines(response):
                 if self._stop.is_set():

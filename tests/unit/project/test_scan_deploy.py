@@ -52,7 +52,8 @@ def test_the_cluster_role_lets_the_scan_list_and_watch_every_kind_and_runtime_an
     rules = _one("ClusterRole", "gpuguard-scan")["rules"]
     wanted = {(spec.group, spec.plural) for spec in KINDS} | {(group, plural) for (group, _), (_, plural)
                                                               in READABLE.items()}
-    wanted |= {("", "namespaces"), ("", "nodes")}
+    wanted |= {("", "namespaces"), ("", "nodes"), ("resource.k8s.io", "resourceclaimtemplates"),
+               ("resource.k8s.io", "resourceclaims")}
     for verb in ("list", "watch"):
         assert wanted <= _granted(rules, verb), sorted(wanted - _granted(rules, verb))
     assert not any(("", r) in _granted(rules, v) for r in ("secrets", "configmaps") for v in ("get", "list", "watch"))
@@ -78,7 +79,7 @@ def test_the_deployment_runs_the_scan_verb_with_the_webhooks_config_hardened() -
     (container,) = pod["containers"]
     args = [a.replace("$(POD_NAME)", "gpuguard-scan-0") for a in container["args"]]
     parsed = build_parser("scan").parse_args(args)  # the flags exist, as the image's entry point gets them
-    assert parsed.command == "scan" and parsed.config == "/etc/gpuguard/config.yaml"
+    assert parsed.command == "scan" and parsed.config == "/etc/gpuguard/config.yaml" and parsed.dra_claims
     assert parsed.lease_name == "gpuguard-scan" and parsed.lease_namespace == "gpuguard", shlex.join(args)
     assert {v["name"]: v for v in pod["volumes"]}["config"]["configMap"]["name"] == "gpuguard-config"
     security = container["securityContext"]
