@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from cryptography import x509
 
 from gpuguard.certs import selfmanaged as sm
 from gpuguard.certs.store import atomic_write, cert_pem, key_pem
@@ -260,8 +261,6 @@ class SelfManagedCerts:
             return "no serving certificate loaded yet"
         trusted = self._trusted(live)
         issuers = [c for c in self.state.bundle() if sm.fingerprint(c) in trusted]
-        from cryptography import x509
-
         served = x509.load_pem_x509_certificate(self.served)
         if not any(sm.issued_by(served, ca) for ca in issuers):
             return "the webhook configurations do not trust this replica's serving certificate yet"
