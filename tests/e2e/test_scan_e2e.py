@@ -230,3 +230,26 @@ def test_two_scanners_write_once_and_the_stand_by_takes_over(env: Env) -> None:
             "holderIdentity"] == "scan-b"
     finally:
         other.stop()
+
+
+def test_the_watch_lists_in_pages_and_an_expired_resource_version_lists_again(env: Env) -> None:
+    from gpuguard.kubeapi import client as kubeapi
+    from gpuguard.webhook.scan.watch import Gone, ResourceWatch
+
+    ns = env.tenant.namespace()
+    for i in range(5):
+        env.cp.kubectl("create", "configmap", f"cm{i}", "-n", ns, "--from-literal=k=v")
+    events: list[tuple[str, str]] = []
+    synced: list[set] = []
+    api = kubeapi.connect(str(env.cp.kubeconfig)).api
+    watch = ResourceWatch(api, f"/api/v1/namespaces/{ns}/configmaps",
+                          lambda kind, obj: events.append((kind, obj["metadata"]["name"])), synced.append, page_size=2)
+    gets = kubeapi.REQUESTS.get("get", 0)
+    version = watch.list()
+    # 5 objects (and kube-root-ca.crt once the controller made it) in pages of 2
+    assert kubeapi.REQUESTS["get"] - gets == 3
+    names = {name for _, name in events}
+    assert {f"cm{i}" for i in range(5)} <= names and synced == [{(ns, n) for n in names}]
+    assert int(version) > 1
+    with pytest.raises(Gone):  # older than the apiserver's watch cache: 410, so the reflector lists again
+        watch.watch("1")
