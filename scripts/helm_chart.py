@@ -219,6 +219,39 @@ def _pdb(doc: dict[str, Any]) -> None:
     doc["spec"]["minAvailable"] = _mark("minAvailable")
 
 
+# ---------------------------------------------------------------- the background scan
+
+SCAN = "deploy/scan"
+SCAN_FILES = ("serviceaccount.yaml", "rbac.yaml", "deployment.yaml", "service.yaml")
+
+
+def scan(repo: Path) -> tuple[str, dict[str, Any]]:
+    """``deploy/scan``'s objects behind ``scan.enabled``, in the release namespace (the Lease's too), with the
+    chart's image; and the default values taken from its Deployment."""
+    docs: list[dict[str, Any]] = []
+    values: dict[str, Any] = {}
+    for name in SCAN_FILES:
+        for doc in _docs(repo / SCAN / name):
+            _namespaced(doc)
+            for subject in doc.get("subjects") or []:
+                subject["namespace"] = _mark("ns")
+            if doc["kind"] == "Deployment":
+                spec = doc["spec"]
+                (container,) = spec["template"]["spec"]["containers"]
+                values = {"replicas": spec["replicas"], "resources": container["resources"]}
+                spec["replicas"] = _mark("scanReplicas")
+                container["image"] = _mark("image")
+                container["imagePullPolicy"] = _mark("pullPolicy")
+                container["resources"] = _mark("scanResources")
+                args = container["args"]
+                args[args.index("--lease-namespace") + 1] = _mark("ns")
+            docs.append(doc)
+    scalars = {"ns": NS, "scanReplicas": "{{ .Values.scan.replicas }}", "pullPolicy": "{{ .Values.image.pullPolicy }}",
+               "image": '"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"'}
+    body = "---\n".join(fill(_dump(d), scalars, {"scanResources": _yaml(".Values.scan.resources")}) for d in docs)
+    return _when(".Values.scan.enabled", body), values
+
+
 # ---------------------------------------------------------------- webhooks
 
 
@@ -462,6 +495,15 @@ serviceMonitor:
 prometheusRule:
   enabled: false
   labels: {{}}
+
+# The background scan (`gpuguard scan`, deploy/scan, docs/reports.md): a PolicyReport per GPU workload and
+# cost metrics, from its own Deployment (one writer by Lease). Needs the wgpolicyk8s.io PolicyReport CRDs
+# (Kyverno's or Policy Reporter's chart installs them).
+scan:
+  enabled: false
+  replicas: {scanReplicas}
+  resources:
+{scanResources}
 """
 
 
@@ -469,9 +511,9 @@ def _block_yaml(value: Any, indent: int = 2) -> str:
     return "\n".join(" " * indent + line for line in _dump(value).rstrip("\n").splitlines())
 
 
-def values_yaml(deploy: dict[str, Any], hooks: dict[str, Any], pdb_min: Any) -> str:
+def values_yaml(deploy: dict[str, Any], hooks: dict[str, Any], pdb_min: Any, scan: dict[str, Any]) -> str:
     image = deploy["image"]
-    text = VALUES.format(
+    text = VALUES.format(scanReplicas=scan["replicas"], scanResources=_block_yaml(scan["resources"], 4),
         replicas=deploy["replicas"], repository=image["repository"], tag=image["tag"],
         pullPolicy=image["pullPolicy"], resources=_block_yaml(deploy["resources"]),
         priorityClassName=deploy["priorityClassName"], affinity=_block_yaml(deploy["affinity"]),
@@ -515,6 +557,7 @@ def chart_files(repo: Path, config_text: str, default_config: str) -> dict[str, 
     managed = self_managed_patches(repo / SELF_MANAGED)
     deploy_text, deploy_values = deployment(base, managed)
     hooks_text, hooks_values = webhook_configurations(config_text, default_config)
+    scan_text, scan_values = scan(repo)
     (pdb,) = _docs(base / "pdb.yaml")
     templates = {
         "deployment.yaml": ("deploy/base/deployment.yaml and deploy/overlays/self-managed", deploy_text),
@@ -541,11 +584,13 @@ def chart_files(repo: Path, config_text: str, default_config: str) -> dict[str, 
         "servicemonitor.yaml": ("deploy/monitoring/servicemonitor.yaml",
                                 service_monitor(repo / "deploy" / "monitoring")),
         "prometheusrule.yaml": ("deploy/monitoring/rules.yaml", PROMETHEUS_RULE),
+        "scan.yaml": (f"{SCAN}/{{{','.join(f.removesuffix('.yaml') for f in SCAN_FILES)}}}.yaml", scan_text),
     }
     files = {f"{CHART}/templates/{name}": (HEADER % source + text).encode()
              for name, (source, text) in templates.items()}
     files[f"{CHART}/Chart.yaml"] = chart_yaml(repo).encode()
-    files[f"{CHART}/values.yaml"] = values_yaml(deploy_values, hooks_values, pdb["spec"]["minAvailable"]).encode()
+    files[f"{CHART}/values.yaml"] = values_yaml(deploy_values, hooks_values, pdb["spec"]["minAvailable"],
+                                                          scan_values).encode()
     files[f"{CHART}/files/config.yaml"] = config_text.encode()
     files[f"{CHART}/files/prometheus-rules.yaml"] = prometheus_rules(repo / "deploy" / "monitoring")
     return files

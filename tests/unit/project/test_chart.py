@@ -250,3 +250,21 @@ def test_every_chart_file_is_generated_or_one_of_the_hand_written_few() -> None:
     assert on_disk == generated | hand_written
     assert {"deploy/chart/gpuguard/Chart.yaml", "deploy/chart/gpuguard/values.yaml",
             "deploy/chart/gpuguard/templates/webhookconfigurations.yaml"} <= generated
+
+
+def test_scan_enabled_renders_deploy_scan_in_the_release_namespace() -> None:
+    assert not {key for key in template() if key[1].startswith("gpuguard-scan")}
+    on = template("scan.enabled=true")
+    scan = _kustomize("scan")
+    for key, obj in scan.items():
+        assert on[key] == obj, f"{key} differs between the chart and deploy/scan"
+    proc = helm("lint", "--strict", str(CHART), "--set", "scan.enabled=true")
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout, proc.stdout
+    moved = template("scan.enabled=true", "scan.replicas=1", namespace="ml-platform")
+    deployment = moved[("Deployment", "gpuguard-scan")]
+    assert deployment["spec"]["replicas"] == 1 and deployment["metadata"]["namespace"] == "ml-platform"
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--lease-namespace") + 1] == "ml-platform"
+    assert moved[("Role", "gpuguard-scan-lease")]["metadata"]["namespace"] == "ml-platform"
+    for binding in (("ClusterRoleBinding", "gpuguard-scan"), ("RoleBinding", "gpuguard-scan-lease")):
+        assert moved[binding]["subjects"][0]["namespace"] == "ml-platform"
