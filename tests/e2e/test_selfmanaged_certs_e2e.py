@@ -3,8 +3,8 @@
 
 Fresh install: the webhook configurations are installed empty and the Secret without data; the
 server creates its CA and certificate, writes the webhooks with their caBundle, and the first GPU
-Job alice creates is judged, with no certificate step by anyone.  Then a second replica agrees on
-the same Secret; a CA rotation forced by the Secret's annotation, with the serving certificate
+Job alice creates is judged, with no certificate step by anyone; two replicas started at once
+agree on one Secret.  A CA rotation forced by the Secret's annotation, with the serving certificate
 renewed every few seconds, runs under a loop of reviews through the apiserver and of new TLS
 handshakes checked against the caBundle in force, and loses none; `helm upgrade` keeps the webhooks
 the server wrote, and `helm uninstall` leaves nothing.  (The cluster has no kubelet: the chart's
@@ -90,8 +90,15 @@ def test_fresh_install_admits_the_first_gpu_job_with_no_certificate_step(control
         assert not cp.kubectl_json("get", kind, "gpuguard").get("webhooks")
     assert not _secret(cp).get("data")
 
-    first = install["replicas"][0]
-    first.start()
+    # Both replicas start at once on the empty Secret: one create wins, the other reads it (409).
+    first, second = install["replicas"]
+    starts = [threading.Thread(target=replica.start) for replica in (first, second)]
+    for thread in starts:
+        thread.start()
+    for thread in starts:
+        thread.join(timeout=90)
+    assert first.ready() and second.ready()
+    assert sum(r.log.read_text().count('"step":"create"') for r in (first, second)) == 1
     secret = _secret(cp)
     bundle = secret["data"]["ca.crt"]
     for kind in KINDS:  # ready only once its webhooks carry the CA of what it serves
@@ -118,7 +125,6 @@ def test_fresh_install_admits_the_first_gpu_job_with_no_certificate_step(control
 def test_two_replicas_agree_on_one_secret(control_plane, install):
     cp = control_plane
     first, second = install["replicas"]
-    second.start()
 
     def agree() -> bool:
         stored = base64.b64decode(_secret(cp)["data"]["tls.crt"]).decode()
