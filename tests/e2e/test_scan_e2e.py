@@ -253,3 +253,23 @@ def test_the_watch_lists_in_pages_and_an_expired_resource_version_lists_again(en
     assert int(version) > 1
     with pytest.raises(Gone):  # older than the apiserver's watch cache: 410, so the reflector lists again
         watch.watch("1")
+
+
+def test_without_the_policyreport_crds_the_scan_exports_metrics_and_writes_once_they_arrive(env: Env) -> None:
+    from tests.support.scan_process import CRDS
+
+    env.cp.kubectl("delete", "-f", str(CRDS), "--wait=true", timeout=120)
+    late = ScanProcess(env.workdir, env.kubeconfig, env.config, "scan-c", "--resync", "3").start()
+    try:
+        late.wait_metric("gpuguard_scan_leader", lambda v: v == 1, timeout=60)
+        late.wait_metric("gpuguard_scan_full_passes_total", lambda v: v >= 1)
+        metrics = late.metrics()
+        assert metrics["gpuguard_scan_report_api_served"] == 0
+        assert metrics[f'gpuguard_scan_findings{{namespace="{env.ns}",policy="checkpoint-volume",result="pass"}}'] >= 1
+        assert metrics['gpuguard_scan_report_writes_total{operation="create"}'] == 0
+        install_report_crds(env.cp)
+        late.wait_metric("gpuguard_scan_report_api_served", lambda v: v == 1, timeout=60)
+        env.cp.wait_for(lambda: {"ddp", "big", "good"} <= set(env.reports()), timeout=60,
+                        message="reports written once the CRDs are served")
+    finally:
+        late.stop()

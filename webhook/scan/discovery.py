@@ -57,6 +57,10 @@ class Discovery:
                 cache[gv] = set()
         return cache[gv]
 
+    def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the cluster serves ``plural`` in ``group/version`` (e.g. the PolicyReport CRD)."""
+        return plural in self._served(group, version, {})
+
     def collections(self) -> tuple[list[Collection], list[Collection]]:
         """(workload collections, runtime collections) served now, each kind in the first version it has."""
         cache: dict[str, set[str]] = {}

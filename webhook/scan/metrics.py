@@ -26,6 +26,8 @@ WORKLOADS = Gauge("gpuguard_scan_workloads", "Workloads tracked (objects users w
                   "made are counted in their owner).")
 REPORTS = Gauge("gpuguard_scan_reports", "PolicyReports and ClusterPolicyReports the scan keeps.")
 PENDING = Gauge("gpuguard_scan_pending", "Workloads waiting for a new decision (changed or deleted).")
+REPORTS_SERVED = Gauge("gpuguard_scan_report_api_served", "1 when the cluster serves wgpolicyk8s.io/v1alpha2 "
+                       "PolicyReports; 0: the CRDs are not installed, the scan exports metrics only.")
 LEADER = Gauge("gpuguard_scan_leader", "1 while this replica holds the lease and writes reports.")
 LAG = Gauge("gpuguard_scan_lag_seconds", "Age of the oldest change the last batch handled when it was handled.")
 PASS_DURATION = Histogram("gpuguard_scan_pass_duration_seconds", "Time to re-evaluate and write one batch of "

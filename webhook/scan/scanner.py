@@ -85,6 +85,8 @@ class Scanner:
         self.first_pass_seconds: float | None = None
         self._started = time.monotonic()
         self._full_due = True
+        self._elected = threading.Event()
+        self.reports_served: bool | None = None
         self._published: dict[str, int] = {}
 
     # ------------------------------------------------------------------ watches
@@ -94,6 +96,14 @@ class Scanner:
         workloads, runtimes = discovery.collections()
         for note in discovery.notes:
             log.warning("%s", note)
+        served = discovery.serves("wgpolicyk8s.io", "v1alpha2", "policyreports")
+        if not served and self.reports_served is not False:
+            log.warning("the cluster does not serve wgpolicyk8s.io/v1alpha2 PolicyReports (install the CRDs, "
+                        "docs/reports.md): metrics only until a resync finds them")
+        if served and self.reports_served is False:
+            self._full_due = True  # the CRDs arrived: write every report
+        self.reports_served = served
+        metrics.REPORTS_SERVED.set(1 if served else 0)
         self.index.listed |= {(c.group, c.kind) for c in workloads}
         for c in workloads:
             self._watch(("w", c.group, c.kind), c, lambda kind, obj, c=c: self.index.workload_event(c, kind, obj),
@@ -172,12 +182,10 @@ class Scanner:
             from gpuguard.webhook.server.claimwatch import start_shared_watch
 
             start_shared_watch(self.api)
-        next_lease = next_resync = 0.0
+        threading.Thread(target=self._lead_loop, daemon=True, name="gpuguard-scan-lease").start()
+        next_resync = 0.0
         while not self.stop_event.is_set():
             now = time.monotonic()
-            if now >= next_lease:
-                self._lead()
-                next_lease = now + self.settings.lease_duration / 3
             if now >= next_resync:
                 if next_resync:
                     self.discover()
@@ -188,24 +196,36 @@ class Scanner:
             metrics.PENDING.set(self.index.pending())
             for verb, count in list(kubeapi.REQUESTS.items()):
                 metrics.API_REQUESTS.labels(verb).set(count)
+            if self._elected.is_set():
+                self._elected.clear()
+                self._load_reports()
             if self.lease.leading and self.synced and (self._full_due or self.index.pending()):
                 self.stop_event.wait(self.settings.settle)  # debounce: a burst of changes is one batch
                 self.process()
             else:
                 self.index.changed.wait(0.5)
 
-    def _lead(self) -> None:
-        was = self.lease.leading
-        leading = self.lease.try_acquire_or_renew()
-        metrics.LEADER.set(1 if leading else 0)
-        if leading and not was:
-            try:
-                self.writer.load()  # what the last leader wrote: unchanged reports are not rewritten
-            except Exception as exc:  # noqa: BLE001 - without it every report is rewritten once
-                log.warning("listing existing reports failed (%s)", type(exc).__name__)
-            self._full_due = True
-        if was and not leading:
-            metrics.publish((), leading=False)
+    def _lead_loop(self) -> None:
+        """Acquire or renew the Lease every third of its duration, in its own thread: a long pass (the
+        first one over a large cluster) must never let the lease lapse while this replica writes."""
+        while not self.stop_event.is_set():
+            was = self.lease.leading
+            leading = self.lease.try_acquire_or_renew()
+            metrics.LEADER.set(1 if leading else 0)
+            if leading and not was:
+                self._elected.set()
+                self.index.changed.set()
+            if was and not leading:
+                metrics.publish((), leading=False)
+            self.stop_event.wait(self.settings.lease_duration / 3)
+
+    def _load_reports(self) -> None:
+        """Just elected: read what the last leader wrote (unchanged reports are not rewritten), judge all."""
+        try:
+            self.writer.load()
+        except Exception as exc:  # noqa: BLE001 - without it every report is rewritten once
+            log.warning("listing existing reports failed (%s)", type(exc).__name__)
+        self._full_due = True
 
     def process(self) -> None:
         """Judge the dirty workloads (all of them on a full pass), write their reports, update the metrics."""
@@ -217,15 +237,19 @@ class Scanner:
         for key in removed:
             self.facts.pop(key, None)
             report = self.reports.pop(key, None)
-            if report is not None:
+            if report is not None and self.lease.leading and self.reports_served:  # else the next sweep does
                 self.writer.delete(report)
+        complete = True
         for key, entry in batch:
-            if not self.lease.leading:
-                self.index.mark(key)  # lost the lease mid-batch: the next leader judges it
+            if not self.lease.leading or self.stop_event.is_set():
+                self.index.mark(key)  # lost the lease mid-batch, or stopping: whoever leads next judges it
+                complete = False
                 continue
             self._judge(key, entry)
-        if full:
-            swept = self.writer.sweep(set(self.reports.values()))
+        if not self.lease.leading:
+            metrics.publish((), leading=False)
+        if full and complete:
+            swept = self.writer.sweep(set(self.reports.values())) if self.reports_served else 0
             self.full_passes += 1
             metrics.FULL_PASSES.inc()
             if self.first_pass_seconds is None:
@@ -253,13 +277,16 @@ class Scanner:
         facts = metrics.Facts(namespace or "")
         if outcome.relevant:
             built = build(outcome, time.time())
-            self.writer.put(built)
+            if self.reports_served:
+                self.writer.put(built)
             self.reports[key] = (namespace or "", built.report["metadata"]["name"])
             for r in built.report["results"]:
                 pair = (r["policy"], r["result"])
                 facts.results[pair] = facts.results.get(pair, 0) + 1
         elif key in self.reports:
-            self.writer.delete(self.reports.pop(key))
+            report = self.reports.pop(key)
+            if self.reports_served:
+                self.writer.delete(report)
         self._add_cost(outcome, entry.finished, facts)
         self.facts[key] = facts
 
