@@ -15,6 +15,7 @@ Access is under one lock: the watch threads write, the scanner thread reads.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
 import orjson
@@ -56,6 +57,7 @@ class Index:
         self.listed: set[tuple[str, str]] = set()  # (group, kind) of every workload collection watched
         self.changed = threading.Event()
         self.skipped_owned = 0
+        self.dirty_since: float | None = None  # monotonic time of the oldest change not taken yet
 
     # ------------------------------------------------------------------ workloads
     def workload_event(self, collection: Collection, kind: str, raw: dict) -> None:
@@ -83,7 +85,7 @@ class Index:
                 self.removed[key] = old.subject  # deleted and re-created between two events
             self.entries[key] = entry
             self.dirty.add(key)
-        self.changed.set()
+        self._changed()
 
     def workload_sync(self, collection: Collection, seen: set[Key]) -> None:
         """After a (re-)list: drop what the list no longer has."""
@@ -99,7 +101,7 @@ class Index:
                 return
             self.removed[key] = entry.subject
             self.dirty.discard(key)
-        self.changed.set()
+        self._changed()
 
     # ------------------------------------------------------------------ what decisions read
     def namespace_event(self, kind: str, raw: dict) -> None:
@@ -115,7 +117,7 @@ class Index:
             if before is None or before == labels:
                 return
             self.dirty.update(k for k in self.entries if k[2] == name)
-        self.changed.set()
+        self._changed()
 
     def runtime_event(self, collection: Collection, kind: str, raw: dict) -> None:
         meta = raw.get("metadata") or {}
@@ -130,7 +132,7 @@ class Index:
             else:
                 self.runtimes[key] = raw
             self._mark_runtime_readers(key[2])
-        self.changed.set()
+        self._changed()
 
     def _mark_runtime_readers(self, namespace: str | None) -> None:
         """Workloads that may read a runtime in ``namespace`` (every namespace for a cluster-scoped one)."""
@@ -140,6 +142,11 @@ class Index:
                     namespace is None or key[2] == namespace):
                 self.dirty.add(key)
 
+    def _changed(self) -> None:
+        if self.dirty_since is None:
+            self.dirty_since = time.monotonic()
+        self.changed.set()
+
     def mark(self, key: WorkloadKey) -> None:
         with self._lock:
             self.dirty.add(key)
@@ -148,16 +155,18 @@ class Index:
         """Everything needs a new decision (config or inventory changed, a resync)."""
         with self._lock:
             self.dirty.update(self.entries)
-        self.changed.set()
+        self._changed()
 
-    def take(self) -> tuple[list[tuple[WorkloadKey, Entry]], dict[WorkloadKey, Subject]]:
-        """The dirty workloads (with their entries) and the removed ones, emptying both sets."""
+    def take(self) -> tuple[list[tuple[WorkloadKey, Entry]], dict[WorkloadKey, Subject], float | None]:
+        """The dirty workloads (with their entries), the removed ones and when the oldest of those changes
+        happened, emptying both sets."""
         with self._lock:
             batch = [(k, self.entries[k]) for k in self.dirty if k in self.entries]
             removed, self.removed = self.removed, {}
             self.dirty = set()
+            since, self.dirty_since = self.dirty_since, None
             self.changed.clear()
-        return batch, removed
+        return batch, removed, since
 
     def pending(self) -> int:
         return len(self.dirty) + len(self.removed)

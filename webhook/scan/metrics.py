@@ -29,7 +29,8 @@ PENDING = Gauge("gpuguard_scan_pending", "Workloads waiting for a new decision (
 REPORTS_SERVED = Gauge("gpuguard_scan_report_api_served", "1 when the cluster serves wgpolicyk8s.io/v1alpha2 "
                        "PolicyReports; 0: the CRDs are not installed, the scan exports metrics only.")
 LEADER = Gauge("gpuguard_scan_leader", "1 while this replica holds the lease and writes reports.")
-LAG = Gauge("gpuguard_scan_lag_seconds", "Age of the oldest change the last batch handled when it was handled.")
+LAG = Gauge("gpuguard_scan_lag_seconds", "Time from the oldest change the last batch handled (a workload, its "
+            "namespace or runtime, or a full pass asked for) to its report written.")
 PASS_DURATION = Histogram("gpuguard_scan_pass_duration_seconds", "Time to re-evaluate and write one batch of "
                           "changed workloads (a full pass on start, config or inventory change and resync).",
                           ["kind"], buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600))

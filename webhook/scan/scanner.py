@@ -233,7 +233,7 @@ class Scanner:
         if full:
             self.index.mark_all()
         started = time.monotonic()
-        batch, removed = self.index.take()
+        batch, removed, since = self.index.take()
         for key in removed:
             self.facts.pop(key, None)
             report = self.reports.pop(key, None)
@@ -260,7 +260,8 @@ class Scanner:
                 log.info("removed %d reports whose workloads are gone", swept)
         elapsed = time.monotonic() - started
         metrics.PASS_DURATION.labels("full" if full else "changes").observe(elapsed)
-        metrics.LAG.set(elapsed + self.settings.settle)
+        if since is not None:
+            metrics.LAG.set(time.monotonic() - since)
         metrics.WORKLOADS.set(len(self.index.entries))
         metrics.REPORTS.set(len(self.reports))
         for op in ("create", "update", "delete"):

@@ -32,16 +32,16 @@ def test_a_status_only_update_marks_nothing_and_a_spec_change_marks_the_workload
     index = _index()
     job = _stored(make("Job", bare_pod_spec(1), name="j"))
     index.workload_event(JOBS, "ADDED", job)
-    batch, _ = index.take()
-    assert [k for k, _ in batch] == [("batch", "Job", "ml", "j")]
+    batch, _, since = index.take()
+    assert [k for k, _ in batch] == [("batch", "Job", "ml", "j")] and since is not None  # for the lag metric
     counted = {**copy.deepcopy(job), "status": {"active": 1}}
     counted["metadata"]["resourceVersion"] = "2"
     index.workload_event(JOBS, "MODIFIED", counted)
-    assert index.pending() == 0 and not index.changed.is_set()
+    assert index.pending() == 0 and not index.changed.is_set() and index.dirty_since is None
     changed = copy.deepcopy(counted)
     changed["spec"]["backoffLimit"] = 1
     index.workload_event(JOBS, "MODIFIED", changed)
-    batch, _ = index.take()
+    batch, _, _ = index.take()
     assert len(batch) == 1 and batch[0][1].obj()["spec"]["backoffLimit"] == 1
     assert "status" not in batch[0][1].obj() and "uid" not in batch[0][1].obj()["metadata"]
 
@@ -53,7 +53,7 @@ def test_finishing_is_remembered_for_the_cost_model() -> None:
     index.take()
     done = {**job, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
     index.workload_event(JOBS, "MODIFIED", done)
-    batch, _ = index.take()
+    batch, _, _ = index.take()
     assert batch[0][1].finished
 
 
@@ -78,12 +78,12 @@ def test_deletes_and_relists_hand_the_removed_subjects_to_the_scanner() -> None:
     index.take()
     index.workload_event(JOBS, "DELETED", _stored(make("Job", bare_pod_spec(1), name="a"), uid="u-a"))
     index.workload_sync(JOBS, set())  # a re-list that no longer has b either
-    _, removed = index.take()
+    _, removed, _ = index.take()
     assert {s.uid for s in removed.values()} == {"u-a", "u-b"} and not index.entries
     index.workload_event(JOBS, "ADDED", _stored(make("Job", bare_pod_spec(1), name="c"), uid="old"))
     index.take()
     index.workload_event(JOBS, "MODIFIED", _stored(make("Job", bare_pod_spec(1), name="c"), uid="new"))
-    batch, removed = index.take()  # deleted and re-created between two events: the old report goes
+    batch, removed, _ = index.take()  # deleted and re-created between two events: the old report goes
     assert [s.uid for s in removed.values()] == ["old"] and batch[0][1].subject.uid == "new"
 
 
@@ -98,12 +98,12 @@ def test_namespace_labels_and_runtimes_mark_the_workloads_that_read_them() -> No
     index.take()
     runtime = {"metadata": {"name": "torch", "namespace": "ml"}, "spec": {"template": {}}}
     index.runtime_event(RUNTIMES, "ADDED", runtime)
-    batch, _ = index.take()
+    batch, _, _ = index.take()
     assert [k[1] for k, _ in batch] == ["TrainJob"]
     lookup_runtime = CachedRuntimes(index)
     assert lookup_runtime("trainer.kubeflow.org", "TrainingRuntime", "ml", "torch")["kind"] == "TrainingRuntime"
     assert lookup_runtime.list_objects("trainer.kubeflow.org", "TrainingRuntime", "ml") == [runtime]
     index.namespace_event("MODIFIED", {"metadata": {"name": "ml", "labels": {"team": "b"}}})
-    batch, _ = index.take()
+    batch, _, _ = index.take()
     assert sorted(k[1] for k, _ in batch) == ["Job", "TrainJob"]
     assert index.namespace_labels["ml"] == {"team": "b"}
