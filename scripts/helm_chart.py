@@ -399,6 +399,17 @@ def service_monitor(monitoring: Path) -> str:
     return _when(".Values.serviceMonitor.enabled", body)
 
 
+def scan_service_monitor(monitoring: Path) -> str:
+    """The monitoring pack's ServiceMonitor of the scan, when both the scan and the ServiceMonitors are on."""
+    (obj,) = _docs(monitoring / "servicemonitor-scan.yaml")
+    _namespaced(obj)
+    obj["spec"]["namespaceSelector"] = {"matchNames": [_mark("ns")]}
+    for endpoint in obj["spec"]["endpoints"]:
+        endpoint["interval"] = _mark("interval")
+    body = fill(_dump(obj), {"ns": NS, "interval": "{{ .Values.serviceMonitor.interval }}"}, {})
+    return _when("and .Values.scan.enabled .Values.serviceMonitor.enabled", body)
+
+
 def prometheus_rules(monitoring: Path) -> bytes:
     """The monitoring pack's rule file, as the chart's PrometheusRule spec (empty groups while there is none)."""
     source = monitoring / "rules.yaml"
@@ -584,6 +595,8 @@ def chart_files(repo: Path, config_text: str, default_config: str) -> dict[str, 
         "servicemonitor.yaml": ("deploy/monitoring/servicemonitor.yaml",
                                 service_monitor(repo / "deploy" / "monitoring")),
         "prometheusrule.yaml": ("deploy/monitoring/rules.yaml", PROMETHEUS_RULE),
+        "servicemonitor-scan.yaml": ("deploy/monitoring/servicemonitor-scan.yaml",
+                                     scan_service_monitor(repo / "deploy" / "monitoring")),
         "scan.yaml": (f"{SCAN}/{{{','.join(f.removesuffix('.yaml') for f in SCAN_FILES)}}}.yaml", scan_text),
     }
     files = {f"{CHART}/templates/{name}": (HEADER % source + text).encode()

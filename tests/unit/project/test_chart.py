@@ -268,3 +268,11 @@ def test_scan_enabled_renders_deploy_scan_in_the_release_namespace() -> None:
     assert moved[("Role", "gpuguard-scan-lease")]["metadata"]["namespace"] == "ml-platform"
     for binding in (("ClusterRoleBinding", "gpuguard-scan"), ("RoleBinding", "gpuguard-scan-lease")):
         assert moved[binding]["subjects"][0]["namespace"] == "ml-platform"
+    assert ("ServiceMonitor", "gpuguard-scan") not in on
+    monitored = template("scan.enabled=true", "serviceMonitor.enabled=true")
+    pack = _kustomize("monitoring")
+    assert monitored[("ServiceMonitor", "gpuguard-scan")] == pack[("ServiceMonitor", "gpuguard-scan")]
+    service = monitored[("Service", "gpuguard-scan-metrics")]
+    monitor = monitored[("ServiceMonitor", "gpuguard-scan")]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]]

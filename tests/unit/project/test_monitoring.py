@@ -103,14 +103,16 @@ def test_the_dashboard_queries_parse(promtool: Path, tmp_path: Path) -> None:
 def test_every_metric_read_is_one_gpuguard_exports() -> None:
     from prometheus_client.metrics import MetricWrapperBase
 
+    from gpuguard.webhook.scan import metrics as scan_metrics
     from gpuguard.webhook.server import metrics
 
     # A family's name as prometheus_client keeps it: counters without _total.
-    families = {m._name for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)}
+    families = {m._name for module in (metrics, scan_metrics) for m in vars(module).values()
+                if isinstance(m, MetricWrapperBase)}
     queries = [*_dashboard_queries(), *(r["expr"] for r in _rules().values())]
     read = {re.sub(r"_(total|bucket|count|sum)$", "", name)
             for expr in queries for name in re.findall(r"\b(gpuguard_[a-z_]+|apiserver_[a-z_]+|up)\b", expr)}
-    assert {"gpuguard_admission_requests", "gpuguard_cert_expiry_timestamp_seconds"} <= read
+    assert {"gpuguard_admission_requests", "gpuguard_cert_expiry_timestamp_seconds", "gpuguard_scan_leader"} <= read
     assert {n for n in read if n.startswith("gpuguard_")} <= families, sorted(read - families - FOREIGN_METRICS)
     assert {n for n in read if not n.startswith("gpuguard_")} <= FOREIGN_METRICS
 
