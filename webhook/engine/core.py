@@ -14,7 +14,9 @@ The webhook's /mutate and /validate, ``gpuguard evaluate`` and ``gpuguard audit`
    stored value, ``gpuguard.webhook.engine.update``), then the validating policies on the mutated copy, as the
    apiserver runs validating webhooks after mutating ones (on UPDATE only findings the stored
    object did not have can deny);
-4. diff before and after once into a JSON patch.
+4. diff before and after once into a JSON patch; the values the object set that a policy changed
+   (recorded by the policy as it wrote them, ``WorkloadView.changes``) become ``Decision.changes``,
+   each named by the policy that was running: the webhook warns with them.
 
 Malformed objects never raise out of here: a policy that trips over one produces a
 Decision with ``error`` set, and the config's ``failureMode`` decides whether it is allowed.
