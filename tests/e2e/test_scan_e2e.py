@@ -273,3 +273,25 @@ def test_without_the_policyreport_crds_the_scan_exports_metrics_and_writes_once_
                         message="reports written once the CRDs are served")
     finally:
         late.stop()
+
+
+def test_a_kind_the_scan_may_not_list_is_reported_and_does_not_hold_back_the_others(env: Env) -> None:
+    from tests.support.scan_process import SCAN_DEPLOY
+
+    role = env.cp.kubectl_json("get", "clusterrole", "gpuguard-scan")
+    role["rules"] = [r for r in role["rules"] if r["apiGroups"] != ["kubeflow.org"]]
+    for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+        role["metadata"].pop(key, None)
+    env.cp.kubectl("replace", "-f", "-", input=json.dumps(role))
+    narrow = ScanProcess(env.workdir, env.kubeconfig, env.config, "scan-d").start()
+    try:
+        narrow.wait_metric("gpuguard_scan_leader", lambda v: v == 1, timeout=60)
+        narrow.wait_metric("gpuguard_scan_full_passes_total", lambda v: v >= 1)
+        metrics = narrow.metrics()
+        assert metrics['gpuguard_scan_watch_failing{resource="pytorchjob.kubeflow.org"}'] == 1
+        assert metrics['gpuguard_scan_watch_failing{resource="job.batch"}'] == 0
+        assert metrics[f'gpuguard_scan_findings{{namespace="{env.ns}",policy="schedulable",result="pass"}}'] >= 1
+        assert "ddp" in env.reports()  # unknown now, not gone: its report is not swept
+    finally:
+        narrow.stop()
+        env.cp.kubectl("apply", "-f", str(SCAN_DEPLOY / "rbac.yaml"))

@@ -28,6 +28,8 @@ REPORTS = Gauge("gpuguard_scan_reports", "PolicyReports and ClusterPolicyReports
 PENDING = Gauge("gpuguard_scan_pending", "Workloads waiting for a new decision (changed or deleted).")
 REPORTS_SERVED = Gauge("gpuguard_scan_report_api_served", "1 when the cluster serves wgpolicyk8s.io/v1alpha2 "
                        "PolicyReports; 0: the CRDs are not installed, the scan exports metrics only.")
+WATCH_FAILING = Gauge("gpuguard_scan_watch_failing", "1 while the list or watch of a resource fails (e.g. RBAC "
+                      "lacks a rule): its workloads are not judged.", ["resource"])
 LEADER = Gauge("gpuguard_scan_leader", "1 while this replica holds the lease and writes reports.")
 LAG = Gauge("gpuguard_scan_lag_seconds", "Time from the oldest change the last batch handled (a workload, its "
             "namespace or runtime, or a full pass asked for) to its report written.")

@@ -36,6 +36,9 @@ SOURCE = "gpuguard"
 NAME_PREFIX = "gpuguard-"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuguard", "gpuguard.io/report": "scan"}
 LABEL_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+# The subject's API group ("core" for the core group) and kind, as labels: a sweep leaves alone the
+# reports of a kind the scan cannot list right now, and ``kubectl get polr -l`` can select by kind.
+GROUP_LABEL, KIND_LABEL = "gpuguard.io/subject-group", "gpuguard.io/subject-kind"
 DIGEST_ANNOTATION = "gpuguard.io/content-digest"
 RESULTS = {"deny": ("fail", "high"), "warn": ("warn", "medium"), "audit": ("warn", "low")}
 RESULT_VALUES = ("pass", "fail", "warn", "error", "skip")
@@ -61,6 +64,10 @@ class Subject:
     def report_name(self) -> str:
         """The report's name: the subject's uid, unique across kinds and re-creations of a name."""
         return NAME_PREFIX + self.uid
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rsplit("/", 1)[0] if "/" in self.api_version else ""
 
     @property
     def report_kind(self) -> str:
@@ -211,7 +218,7 @@ def build(outcome: Outcome, now: float) -> Built:
     summary = _summary(results)
     metadata: dict[str, Any] = {
         "name": subject.report_name,
-        "labels": dict(MANAGED_BY),
+        "labels": {**MANAGED_BY, GROUP_LABEL: subject.group or "core", KIND_LABEL: subject.kind},
         "ownerReferences": [{"apiVersion": subject.api_version, "kind": subject.kind, "name": subject.name,
                              "uid": subject.uid}],
     }

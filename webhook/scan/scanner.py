@@ -194,6 +194,8 @@ class Scanner:
             self._check_config()
             self._apply_inventory()
             metrics.PENDING.set(self.index.pending())
+            for watch in list(self.watches.values()):
+                metrics.WATCH_FAILING.labels(watch.name).set(1 if watch.error else 0)
             for verb, count in list(kubeapi.REQUESTS.items()):
                 metrics.API_REQUESTS.labels(verb).set(count)
             if self._elected.is_set():
@@ -249,7 +251,9 @@ class Scanner:
         if not self.lease.leading:
             metrics.publish((), leading=False)
         if full and complete:
-            swept = self.writer.sweep(set(self.reports.values())) if self.reports_served else 0
+            unlisted = frozenset((key[1], key[2]) for key, watch in self.watches.items()
+                                 if key[0] == "w" and watch.error)
+            swept = self.writer.sweep(set(self.reports.values()), unlisted) if self.reports_served else 0
             self.full_passes += 1
             metrics.FULL_PASSES.inc()
             if self.first_pass_seconds is None:

@@ -84,6 +84,15 @@ class ResourceWatch:
                     version = self.watch(version)
             except Gone:
                 log.info("%s: resourceVersion expired, listing again", self.name)
+            except ApiError as exc:
+                if exc.status in (401, 403, 404) and not self.synced:
+                    # forbidden (RBAC lacks a rule) or gone: this collection shows nothing, which must not
+                    # hold the scan of everything else back; it is listed again after the back-off
+                    self.synced = True
+                self.error = f"{self.name}: HTTP {exc.status}"
+                log.warning("listing %s failed (HTTP %s); retrying in %.0f s", self.name, exc.status, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 60.0)
             except Exception as exc:  # noqa: BLE001 - keep watching; the cache stays as it was
                 self.error = f"{self.name}: {type(exc).__name__}: {exc}"[:300]
                 log.warning("watching %s failed (%s); retrying in %.0f s", self.name, self.error, delay)

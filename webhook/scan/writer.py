@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from gpuguard.kubeapi.client import ApiError, request
-from gpuguard.webhook.scan.report import API_VERSION, DIGEST_ANNOTATION, LABEL_SELECTOR, Built
+from gpuguard.webhook.scan.report import API_VERSION, DIGEST_ANNOTATION, GROUP_LABEL, KIND_LABEL, LABEL_SELECTOR, Built
 
 log = logging.getLogger("gpuguard.scan.writer")
 ReportKey = tuple[str, str]  # (namespace or "", name)
@@ -59,12 +59,14 @@ class Writer:
         self.api = api
         self.bucket = TokenBucket(qps, burst)
         self.known: dict[ReportKey, tuple[str, str]] = {}  # -> (digest, resourceVersion)
+        self.kinds: dict[ReportKey, tuple[str, str]] = {}  # -> the subject's (group, kind)
         self.writes = {"create": 0, "update": 0, "delete": 0, "unchanged": 0}
         self.errors = 0
 
     def load(self) -> None:
         """What reports exist now (this process's or a previous leader's), with their digests."""
         known: dict[ReportKey, tuple[str, str]] = {}
+        kinds: dict[ReportKey, tuple[str, str]] = {}
         for path in (f"{GROUP_PATH}/policyreports", f"{GROUP_PATH}/clusterpolicyreports"):
             token = None
             while True:
@@ -73,12 +75,14 @@ class Writer:
                 for item in page.get("items") or []:
                     meta = item.get("metadata") or {}
                     digest = (meta.get("annotations") or {}).get(DIGEST_ANNOTATION, "")
-                    known[(meta.get("namespace") or "", meta.get("name") or "")] = (
-                        str(digest), str(meta.get("resourceVersion") or ""))
+                    key = (meta.get("namespace") or "", meta.get("name") or "")
+                    known[key] = (str(digest), str(meta.get("resourceVersion") or ""))
+                    labels = meta.get("labels") or {}
+                    kinds[key] = _kind_of(labels)
                 token = (page.get("metadata") or {}).get("continue")
                 if not token:
                     break
-        self.known = known
+        self.known, self.kinds = known, kinds
 
     def put(self, built: Built) -> str:
         """Create or replace one report unless it already says the same; what was done."""
@@ -109,6 +113,7 @@ class Writer:
             current = orjson.loads(request(self.api, "GET", _path(*key), timeout=30).data)
             return self._replace(key, built, (current.get("metadata") or {}).get("resourceVersion", ""))
         self.known[key] = (built.digest, created["metadata"]["resourceVersion"])
+        self.kinds[key] = _kind_of(built.report["metadata"].get("labels") or {})
         self.writes["create"] += 1
         return "create"
 
@@ -126,6 +131,7 @@ class Writer:
             body["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion", "")
             stored = orjson.loads(request(self.api, "PUT", _path(*key), body=body, timeout=30).data)
         self.known[key] = (built.digest, stored["metadata"]["resourceVersion"])
+        self.kinds[key] = _kind_of(built.report["metadata"].get("labels") or {})
         self.writes["update"] += 1
         return "update"
 
@@ -143,11 +149,18 @@ class Writer:
                 log.warning("deleting report %s/%s failed: HTTP %s", key[0], key[1], exc.status)
                 return
         self.known.pop(key, None)
+        self.kinds.pop(key, None)
 
-    def sweep(self, wanted: set[ReportKey]) -> int:
+    def sweep(self, wanted: set[ReportKey], unlisted: frozenset[tuple[str, str]] = frozenset()) -> int:
         """Delete every report of ours not in ``wanted`` (workloads deleted while nobody was leading,
-        or no longer worth a report); how many."""
-        stale = [key for key in self.known if key not in wanted]
+        or no longer worth a report), but those about a kind in ``unlisted`` (group, kind: its list fails
+        now, so its workloads are unknown, not gone); how many."""
+        stale = [key for key in self.known if key not in wanted and self.kinds.get(key) not in unlisted]
         for key in stale:
             self.delete(key)
         return len(stale)
+
+
+def _kind_of(labels: dict[str, str]) -> tuple[str, str]:
+    group = labels.get(GROUP_LABEL, "")
+    return ("" if group == "core" else group), labels.get(KIND_LABEL, "")

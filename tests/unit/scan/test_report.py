@@ -81,6 +81,8 @@ def test_violating_job_fails_the_policies_that_deny_it_with_field_fix_and_subjec
                             "uid": "0f7c-uid"}
     assert doc["metadata"]["ownerReferences"] == [{"apiVersion": "batch/v1", "kind": "Job", "name": "bert",
                                                    "uid": "0f7c-uid"}]
+    assert doc["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpuguard", "gpuguard.io/report": "scan",
+                                         "gpuguard.io/subject-group": "batch", "gpuguard.io/subject-kind": "Job"}
     found = _by_policy(built)
     fail = found["checkpoint-volume"][0]
     assert fail["result"] == "fail" and fail["severity"] == "high" and fail["source"] == "gpuguard"
