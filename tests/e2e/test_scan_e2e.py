@@ -160,6 +160,12 @@ def test_reports_appear_for_the_workloads_users_wrote_naming_the_policies_they_b
     assert metrics["gpuguard_scan_leader"] == 1
 
 
+def test_the_scan_deployment_and_service_are_accepted_by_the_apiserver(env: Env) -> None:
+    applied = env.cp.kubectl("apply", "-k", str(ROOT / "deploy" / "scan"), "--dry-run=server", "-o", "name")
+    assert {"deployment.apps/gpuguard-scan", "service/gpuguard-scan-metrics",
+            "clusterrole.rbac.authorization.k8s.io/gpuguard-scan"} <= set(applied.stdout.split())
+
+
 def test_the_report_follows_a_change_of_the_workload(env: Env) -> None:
     env.wait_result("ddp", "gang-scheduling", "fail")
     patch = {"spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 3}}}}
