@@ -8,10 +8,12 @@ manifest (what GitOps does), because Git and the cluster keep disagreeing there.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with
-from tests.support.tenant import TenantEnv
+from tests.support.tenant import TenantEnv, dump
 
 pytestmark = pytest.mark.e2e
 THIRTY_DAYS, SEVEN_DAYS = 30 * 86400, 7 * 86400
@@ -67,6 +69,23 @@ def test_applying_a_30_day_ttl_as_a_user_warns_and_stores_the_cap(env):
     again = env.apply(job(ns, "train"), check=True)
     assert any("[job-ttl] capped spec.ttlSecondsAfterFinished" in w for w in _warnings(again.stderr)), again.stderr
     assert env.get("job", "train", "-n", ns)["spec"]["ttlSecondsAfterFinished"] == SEVEN_DAYS
+
+
+def test_diffs_made_by_a_server_side_dry_run_see_no_drift(env):
+    """What Flux's drift detection and Argo CD's Server-Side Diff do: a dry run through the webhooks predicts the
+    capped, extended object, which is what is stored (``kubectl diff`` as alice; a forced server-side apply)."""
+    ns = env.namespace()
+    env.apply(job(ns, "synced"), check=True)
+    live = env.get("job", "synced", "-n", ns)
+    diff = env.cp.kubectl("--as=alice", "diff", "-f", "-", input=dump(job(ns, "synced")), check=False)
+    assert diff.returncode == 0, diff.stdout + diff.stderr  # 0: no differences
+    changed = env.cp.kubectl("--as=alice", "diff", "-f", "-", input=dump(job(ns, "synced", ttl=3600)), check=False)
+    assert changed.returncode == 1 and "ttlSecondsAfterFinished: 3600" in changed.stdout  # a real change shows
+    dry = env.cp.kubectl("--as=alice", "apply", "--server-side", "--force-conflicts", "--field-manager=flux",
+                         "--dry-run=server", "-o", "json", "-f", "-", input=dump(job(ns, "synced")))
+    predicted = json.loads(dry.stdout)
+    assert predicted["spec"] == live["spec"]
+    assert "[job-ttl] capped" in dry.stderr  # the dry run is told too
 
 
 def test_a_ttl_within_the_cap_is_stored_as_written_without_a_change_warning(env):
