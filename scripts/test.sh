@@ -15,6 +15,7 @@ python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   command -v chromium >/dev/null || missing+=(chromium)
+  command -v jq >/dev/null || missing+=(jq)  # Argo CD's jqPathExpressions are checked with the real jq
   if [ ${#missing[@]} -gt 0 ]; then
     echo "test.sh: installing ${missing[*]} with apt-get"
     apt-get update -q >/dev/null
