@@ -158,6 +158,9 @@ def test_reports_appear_for_the_workloads_users_wrote_naming_the_policies_they_b
     assert metrics[f'gpuguard_scan_accelerators{{class="training",namespace="{env.ns}",resource="nvidia.com/gpu"}}'] \
         == 1 + 3 + 4 + 1
     assert metrics["gpuguard_scan_leader"] == 1
+    # judged with the node inventory from the first pass: no report written twice
+    assert metrics['gpuguard_scan_report_writes_total{operation="update"}'] == 0
+    assert metrics['gpuguard_scan_report_writes_total{operation="create"}'] == 4
 
 
 def test_the_scan_deployment_and_service_are_accepted_by_the_apiserver(env: Env) -> None:

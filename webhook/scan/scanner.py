@@ -34,6 +34,7 @@ from gpuguard.webhook.scan.writer import ReportKey, Writer
 from gpuguard.workloads.inventory import Inventory
 
 log = logging.getLogger("gpuguard.scan")
+INVENTORY_WAIT = 30.0  # seconds the first pass waits for the node inventory
 
 
 @dataclass
@@ -122,7 +123,12 @@ class Scanner:
 
     @property
     def synced(self) -> bool:
-        return all(w.synced for w in self.watches.values())
+        """Every watch has listed, and the first node inventory is in (or ``INVENTORY_WAIT`` has passed: a
+        scan that cannot list nodes judges as the webhook without an inventory rather than not at all).
+        Judging before the inventory would write reports that the inventory then changes."""
+        inventory_in = (not self.settings.node_inventory or self.inventory is not None
+                        or time.monotonic() - self._started > INVENTORY_WAIT)
+        return inventory_in and all(w.synced for w in self.watches.values())
 
     def _on_inventory(self, inventory: Inventory) -> None:
         self._new_inventory = inventory  # applied by the scan thread: the engine is not shared across threads
