@@ -58,6 +58,30 @@ def _deployment(ns: str) -> dict:
                                   "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}
 
 
+def _runtime(gang: bool) -> dict:
+    """A ClusterTrainingRuntime whose trainer pods checkpoint to a claim; ganged by coscheduling or not."""
+    pod = {"restartPolicy": "OnFailure", "containers": [{
+        "name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime", "command": ["torchrun", "train.py"],
+        "volumeMounts": [{"name": "ckpt", "mountPath": "/checkpoints"}]}],
+        "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "team-checkpoints"}}]}
+    spec: dict = {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
+                  "template": {"spec": {"replicatedJobs": [{
+                      "name": "node", "template": {
+                          "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                          "spec": {"template": {"spec": pod}}}}]}}}
+    if gang:
+        spec["podGroupPolicy"] = {"coscheduling": {"scheduleTimeoutSeconds": 120}}
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": "torch-scan"}, "spec": spec}
+
+
+def _trainjob(ns: str) -> dict:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "tune", "namespace": ns},
+            "spec": {"runtimeRef": {"name": "torch-scan"},
+                     "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}}}}}
+
+
 def _set_node(cp: ControlPlane, product: str, gpus: int) -> None:
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "labels": {
         "nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": product}}}
@@ -96,14 +120,15 @@ def env(tmp_path_factory) -> Iterator[Env]:
     workdir = tmp_path_factory.mktemp("gpuguard-scan")
     with ControlPlane(workdir / "cp") as cp:
         install_report_crds(cp)
-        cp.install_crds("pytorchjob")
+        cp.install_crds("pytorchjob", "trainjob", "clustertrainingruntime", "trainingruntime")
         cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "priorityclasses.yaml"))
         kubeconfig = install_scan_identity(cp, workdir)
         _set_node(cp, "NVIDIA-L4", 2)
         tenant = TenantEnv(cp, "scan")
         ns = tenant.namespace()
         # gpuguard is down (no webhook registered): these are stored as written
-        for obj in (_job(ns, "legacy", 1), _pytorchjob(ns), _deployment(ns),
+        cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(_runtime(gang=False)))
+        for obj in (_job(ns, "legacy", 1), _pytorchjob(ns), _deployment(ns), _trainjob(ns),
                     _job(ns, "big", 4, container={"env": [{"name": "CHECKPOINT_URI", "value": "s3://ckpt/big"}]})):
             result = tenant.apply(obj)
             assert result.returncode == 0, result.stderr
@@ -143,9 +168,9 @@ def test_reports_appear_for_the_workloads_users_wrote_naming_the_policies_they_b
     assert good["summary"]["fail"] == good["summary"]["warn"] == good["summary"]["error"] == 0, good["results"]
     assert good["summary"]["pass"] >= 15
     # what users wrote, never what controllers made of it (the Jobs' pods), and no CPU-only workload
-    assert sorted(reports) == ["big", "ddp", "good", "legacy"]
+    assert sorted(reports) == ["big", "ddp", "good", "legacy", "tune"]
     for name, report in reports.items():
-        kind = "PyTorchJob" if name == "ddp" else "Job"
+        kind = {"ddp": "PyTorchJob", "tune": "TrainJob"}.get(name, "Job")
         subject = env.cp.kubectl_json("get", kind.lower(), name, "-n", env.ns)
         assert report["metadata"]["ownerReferences"][0]["uid"] == subject["metadata"]["uid"] == report["scope"]["uid"]
         assert report["metadata"]["name"] == f"gpuguard-{subject['metadata']['uid']}"
@@ -156,11 +181,11 @@ def test_reports_appear_for_the_workloads_users_wrote_naming_the_policies_they_b
     assert metrics[f'gpuguard_scan_findings{{namespace="{env.ns}",policy="checkpoint-volume",result="fail"}}'] == 1
     assert metrics[f'gpuguard_scan_gpu_hours_at_risk_per_day{{namespace="{env.ns}"}}'] >= 24
     assert metrics[f'gpuguard_scan_accelerators{{class="training",namespace="{env.ns}",resource="nvidia.com/gpu"}}'] \
-        == 1 + 3 + 4 + 1
+        == 1 + 3 + 4 + 1 + 2  # legacy, ddp (master and two workers), big, good, tune (two nodes)
     assert metrics["gpuguard_scan_leader"] == 1
     # judged with the node inventory from the first pass: no report written twice
     assert metrics['gpuguard_scan_report_writes_total{operation="update"}'] == 0
-    assert metrics['gpuguard_scan_report_writes_total{operation="create"}'] == 4
+    assert metrics['gpuguard_scan_report_writes_total{operation="create"}'] == 5
 
 
 def test_the_scan_deployment_and_service_are_accepted_by_the_apiserver(env: Env) -> None:
@@ -174,6 +199,13 @@ def test_the_report_follows_a_change_of_the_workload(env: Env) -> None:
     patch = {"spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 3}}}}
     env.cp.kubectl("--as=alice", "patch", "pytorchjob", "ddp", "-n", env.ns, "--type=merge", "-p", json.dumps(patch))
     env.wait_result("ddp", "gang-scheduling", "pass")
+
+
+def test_the_report_follows_a_change_of_the_runtime_a_trainjob_names(env: Env) -> None:
+    gang = env.wait_result("tune", "gang-scheduling", "fail", "runtime ClusterTrainingRuntime torch-scan")
+    assert gang["resources"][0]["kind"] == "TrainJob"
+    env.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(_runtime(gang=True)))
+    env.wait_result("tune", "gang-scheduling", "pass")
 
 
 def test_the_report_follows_the_config_and_unchanged_reports_are_not_rewritten(env: Env) -> None:
