@@ -249,7 +249,7 @@ def scan(repo: Path) -> tuple[str, dict[str, Any]]:
     scalars = {"ns": NS, "scanReplicas": "{{ .Values.scan.replicas }}", "pullPolicy": "{{ .Values.image.pullPolicy }}",
                "image": '"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"'}
     body = "---\n".join(fill(_dump(d), scalars, {"scanResources": _yaml(".Values.scan.resources")}) for d in docs)
-    return _when(".Values.scan.enabled", body), values
+    return _when("(.Values.scan).enabled", body), values
 
 
 # ---------------------------------------------------------------- webhooks
@@ -407,7 +407,7 @@ def scan_service_monitor(monitoring: Path) -> str:
     for endpoint in obj["spec"]["endpoints"]:
         endpoint["interval"] = _mark("interval")
     body = fill(_dump(obj), {"ns": NS, "interval": "{{ .Values.serviceMonitor.interval }}"}, {})
-    return _when("and .Values.scan.enabled .Values.serviceMonitor.enabled", body)
+    return _when("and (.Values.scan).enabled .Values.serviceMonitor.enabled", body)
 
 
 def prometheus_rules(monitoring: Path) -> bytes:

@@ -276,3 +276,11 @@ def test_scan_enabled_renders_deploy_scan_in_the_release_namespace() -> None:
     monitor = monitored[("ServiceMonitor", "gpuguard-scan")]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]]
+
+
+def test_values_of_a_release_from_before_the_scan_still_render() -> None:
+    """`helm upgrade --reuse-values` of a release installed before `scan` existed has no `scan` key at all:
+    the chart must render it as scan off, not fail on a nil map."""
+    without_scan = template("scan=null", "serviceMonitor.enabled=true")
+    assert ("Deployment", "gpuguard") in without_scan
+    assert not {key for key in without_scan if key[1].startswith("gpuguard-scan")}
