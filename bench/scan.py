@@ -24,16 +24,16 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from _common import ROOT, cpu_busy_elsewhere, free_port, machine_line, peak_rss_mb, quiet_warning, table, write_results
+
+from tests.support.processes import scrape as scrape_page  # _common put the repository on sys.path
 
 CRDS = ROOT / "tests" / "support" / "policyreport" / "crds.yaml"
 
@@ -88,17 +88,7 @@ def create_all(api: Any, count: int, namespaces: int, threads: int = 8) -> float
 
 
 def scrape(port: int) -> dict[str, float]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-    except OSError:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"^([a-zA-Z_:][\w:]*(?:\{[^}]*\})?) (\S+)$", line)
-        if m:
-            out[m.group(1)] = float(m.group(2))
-    return out
+    return scrape_page(f"http://127.0.0.1:{port}/metrics")
 
 
 def requests_total(metrics: dict[str, float]) -> float:

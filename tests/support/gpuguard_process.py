@@ -7,9 +7,7 @@ commands the docs give admins, so the e2e suite proves them too.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import ssl
 import subprocess
 import sys
@@ -18,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.support.cluster.controlplane import ControlPlane, free_port
+from tests.support.processes import stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = ROOT / "policies" / "default-config.yaml"
@@ -79,13 +78,7 @@ class GpuguardServer:
         raise AssertionError(f"gpuguard serve not ready:\n{self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
+        stop_group(self.proc)
 
     def log_count(self, text: str) -> int:
         return self.log.read_text(errors="replace").count(text)

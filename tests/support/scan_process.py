@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from tests.support.cluster.controlplane import ControlPlane, free_port
+from tests.support.processes import scrape, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 SCAN_DEPLOY = ROOT / "deploy" / "scan"
@@ -64,13 +63,7 @@ class ScanProcess:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
+        stop_group(self.proc)
 
     def kill(self) -> None:
         """SIGKILL: no lease release, the stand-by must wait for it to expire."""
@@ -82,17 +75,7 @@ class ScanProcess:
         """``name{labels}`` -> value of every sample on /metrics (empty while it is not up)."""
         if self.proc is not None and self.proc.poll() is not None:
             raise AssertionError(f"gpuguard scan exited:\n{self.log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
-                text = resp.read().decode()
-        except OSError:
-            return {}
-        out = {}
-        for line in text.splitlines():
-            m = re.match(r"^([a-zA-Z_:][\w:]*(?:\{[^}]*\})?) (\S+)$", line)
-            if m:
-                out[m.group(1)] = float(m.group(2))
-        return out
+        return scrape(f"http://127.0.0.1:{self.port}/metrics")
 
     def wait_metric(self, name: str, predicate, timeout: float = 60.0) -> float:
         deadline = time.monotonic() + timeout

@@ -8,8 +8,6 @@ names that IP (``--self-managed-host``), for webhooks registered by URL (the cha
 from __future__ import annotations
 
 import json
-import os
-import signal
 import ssl
 import subprocess
 import sys
@@ -18,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.support.cluster.controlplane import ControlPlane, free_port
+from tests.support.processes import stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,10 +86,4 @@ class SelfManagedServer:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
+        stop_group(self.proc)
