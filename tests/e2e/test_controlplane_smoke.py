@@ -80,3 +80,24 @@ def test_crds_job_creates_pod(control_plane: ControlPlane) -> None:  # noqa: F81
     assert pod["metadata"]["ownerReferences"][0]["kind"] == "Job"
     assert pod["status"].get("phase") == "Pending"  # no scheduler or kubelet: stays Pending
     assert pod["spec"]["containers"][0]["image"] == "busybox:1.36"
+
+
+def test_a_port_taken_before_etcd_binds_it_starts_the_control_plane_again(tmp_path, monkeypatch):
+    """free_port() can only pick a port free *now*; another process may take it before etcd binds it.
+    The harness starts again on new ports instead of failing every test of the module."""
+    import socket
+
+    from tests.support.cluster import controlplane
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    real_free_port = controlplane.free_port
+    picks = iter([taken.getsockname()[1]])
+    monkeypatch.setattr(controlplane, "free_port", lambda: next(picks, None) or real_free_port())
+    try:
+        with ControlPlane(tmp_path / "cp", controller_manager=False, verbose=False) as cp:
+            assert cp.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
+            assert str(taken.getsockname()[1]) not in cp.etcd_url
+    finally:
+        taken.close()

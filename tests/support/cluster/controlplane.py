@@ -203,6 +203,16 @@ def ensure_binaries(verbose: bool = True, timeout: float | None = None) -> Binar
 # --------------------------------------------------------------------------- helpers
 
 
+PORT_ATTEMPTS = 3  # start-ups tried when a component finds its port taken
+
+
+def _port_taken(exc: BaseException, logs_dir: Path) -> bool:
+    """Whether a start-up failed because a component could not bind its port."""
+    if not isinstance(exc, ControlPlaneError | TimeoutError) or not logs_dir.is_dir():
+        return False
+    return any("address already in use" in _tail(log, 40) for log in logs_dir.glob("*.log"))
+
+
 def free_port() -> int:
     """A currently free TCP port on 127.0.0.1 (the kernel picks it; small race accepted)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -381,24 +391,37 @@ class ControlPlane:
         # Also stop on interpreter exit, in case a caller forgets or a fixture finalizer never runs.
         atexit.register(self.stop)
         t0 = time.monotonic()
-        try:
-            self.binaries = ensure_binaries(verbose=self.verbose)
-            self.logs_dir.mkdir(parents=True, exist_ok=True)
-            pki = _make_pki(self.workdir / "pki")
-            self._start_etcd()
-            self._start_apiserver(pki)
-            self._write_kubeconfig()
-            if self.with_controller_manager:
-                self._start_controller_manager(pki)
-        except BaseException as exc:
-            report = self.failure_report()
-            self.stop()
-            self._started = False  # allow a retry
-            if isinstance(exc, ControlPlaneError | TimeoutError):
-                raise ControlPlaneError(f"{exc}\n{report}") from exc
-            raise
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start_components()
+                break
+            except BaseException as exc:
+                report = self.failure_report()
+                self.stop()
+                self._started = False  # allow a retry
+                if attempt < PORT_ATTEMPTS and _port_taken(exc, self.logs_dir):
+                    # free_port() can only pick a port that is free *now*: an outgoing connection of
+                    # another process may take it before the component binds it.  New ports, once more.
+                    self._say(f"a port was taken before a component could bind it; starting again ({attempt})")
+                    for log in self.logs_dir.glob("*.log"):  # the retry's logs tell only its own story
+                        log.unlink()
+                    self._started = True
+                    continue
+                if isinstance(exc, ControlPlaneError | TimeoutError):
+                    raise ControlPlaneError(f"{exc}\n{report}") from exc
+                raise
         self._say(f"ready in {time.monotonic() - t0:.1f} s: {self.server} (logs: {self.logs_dir})")
         return self
+
+    def _start_components(self) -> None:
+        self.binaries = ensure_binaries(verbose=self.verbose)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        pki = _make_pki(self.workdir / "pki")
+        self._start_etcd()
+        self._start_apiserver(pki)
+        self._write_kubeconfig()
+        if self.with_controller_manager:
+            self._start_controller_manager(pki)
 
     def stop(self) -> None:
         """Terminate every component (reverse start order), SIGKILL stragglers, keep the logs.
