@@ -14,6 +14,7 @@ import uuid
 import pytest
 import yaml
 
+from tests.support.builders import bare_pod_spec, make, pvc_pod_spec
 from tests.support.gpuguard_process import DEFAULT_CONFIG, GpuguardServer, gpuguard
 from tests.support.helm import CHART, helm
 
@@ -41,14 +42,7 @@ def _helm(cp, *args: str, check: bool = True):
 
 
 def _gpu_job(ns: str, name: str, pvc: bool) -> str:
-    container: dict = {"name": "trainer", "image": "ghcr.io/example/train:1",
-                       "resources": {"limits": {"nvidia.com/gpu": 1}}}
-    spec: dict = {"restartPolicy": "Never", "containers": [container]}
-    if pvc:
-        container["volumeMounts"] = [{"name": "ckpt", "mountPath": "/checkpoints"}]
-        spec["volumes"] = [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}]
-    return yaml.safe_dump({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
-                           "spec": {"template": {"spec": spec}}})
+    return yaml.safe_dump(make("Job", pvc_pod_spec() if pvc else bare_pod_spec(), name=name, namespace=ns))
 
 
 def _team_namespace(cp) -> str:

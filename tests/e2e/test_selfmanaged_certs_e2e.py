@@ -27,6 +27,7 @@ import uuid
 import pytest
 import yaml
 
+from tests.support.builders import bare_pod_spec, make, pvc_pod_spec
 from tests.support.cluster.controlplane import free_port
 from tests.support.gpuguard_process import DEFAULT_CONFIG
 from tests.support.helm import CHART, helm
@@ -51,14 +52,7 @@ def _secret(cp) -> dict:
 
 
 def _gpu_job(ns: str, name: str, pvc: bool) -> dict:
-    container: dict = {"name": "trainer", "image": "ghcr.io/example/train:1",
-                       "resources": {"limits": {"nvidia.com/gpu": 1}}}
-    spec: dict = {"restartPolicy": "Never", "containers": [container]}
-    if pvc:
-        container["volumeMounts"] = [{"name": "ckpt", "mountPath": "/checkpoints"}]
-        spec["volumes"] = [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}]
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
-            "spec": {"template": {"spec": spec}}}
+    return make("Job", pvc_pod_spec() if pvc else bare_pod_spec(), name=name, namespace=ns)
 
 
 def _as_alice(cp, job: dict):
