@@ -39,6 +39,10 @@ PASS_DURATION = Histogram("gpuguard_scan_pass_duration_seconds", "Time to re-eva
 FULL_PASSES = Counter("gpuguard_scan_full_passes_total", "Full passes over every tracked workload.")
 WRITES = Counter("gpuguard_scan_report_writes_total", "Report writes by operation (create|update|delete); "
                  "unchanged reports are not written.", ["operation"])
+WRITE_RETRIES = Counter("gpuguard_scan_report_write_retries_total", "Report writes tried again after a passing "
+                        "failure (5xx, 429, conflict, timeout), each 1 s doubling to at most 60 s after the last.")
+RETRIES_PENDING = Gauge("gpuguard_scan_report_writes_pending_retry", "Reports whose last write failed and waits "
+                        "to be tried again; staying above 0 means the apiserver keeps refusing them.")
 API_REQUESTS = Gauge("gpuguard_scan_api_requests", "API requests made since start, by verb (get, post, put, "
                      "delete, watch): the scan's load on the apiserver.", ["verb"])
 CONFIG_RELOADS = Counter("gpuguard_scan_config_reloads_total", "Config reloads; error keeps the old config.",

@@ -207,6 +207,7 @@ class Scanner:
             if self._elected.is_set():
                 self._elected.clear()
                 self._load_reports()
+            self._retry_writes()
             if self.lease.leading and self.synced and (self._full_due or self.index.pending()):
                 self.stop_event.wait(self.settings.settle)  # debounce: a burst of changes is one batch
                 self.process()
@@ -274,10 +275,23 @@ class Scanner:
             metrics.LAG.set(time.monotonic() - since)
         metrics.WORKLOADS.set(len(self.index.entries))
         metrics.REPORTS.set(len(self.reports))
-        for op in ("create", "update", "delete"):
-            metrics.WRITES.labels(operation=op).inc(self.writer.writes[op] - self._published.get(op, 0))
-            self._published[op] = self.writer.writes[op]
+        self._publish_writes()
         metrics.publish(list(self.facts.values()), self.lease.leading)
+
+    def _retry_writes(self) -> None:
+        """Try again the report writes that failed and whose wait is over (the leader only: a stand-by
+        writes nothing, and a new leader's full pass writes whatever is still wanted)."""
+        if self.lease.leading and self.reports_served and self.writer.retry_due():
+            self._publish_writes()
+
+    def _publish_writes(self) -> None:
+        """The writer's counts (writes, retries) since the last call, onto the metrics."""
+        counts = {**self.writer.writes, "retries": self.writer.retries}
+        for op in ("create", "update", "delete"):
+            metrics.WRITES.labels(operation=op).inc(counts[op] - self._published.get(op, 0))
+        metrics.WRITE_RETRIES.inc(counts["retries"] - self._published.get("retries", 0))
+        self._published.update(counts)
+        metrics.RETRIES_PENDING.set(len(self.writer.pending))
 
     def _judge(self, key: WorkloadKey, entry: Any) -> None:
         namespace = entry.subject.namespace

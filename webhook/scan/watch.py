@@ -1,8 +1,10 @@
 """A list-then-watch of one resource collection, as client-go's reflector does it, in a daemon thread.
 
 - **List** in pages (``limit`` + ``continue``), so no response holds a whole large collection; an
-  expired continue token (410) starts the list again.  After a list, ``on_sync`` gets the set of keys
-  seen, so objects deleted while nobody watched are dropped.
+  expired continue token (410 on a later page) starts the list again from its first page, without the
+  token, counting the keys seen afresh: objects of the first try are handed on again (the handler keeps
+  one of each) and ``on_sync`` only ever gets the keys of one complete list, so objects deleted while
+  nobody watched are dropped and none that exists is.
 - **Watch** from the list's ``resourceVersion`` with ``allowWatchBookmarks``: the apiserver sends
   bookmarks carrying a newer resourceVersion, so a watch that ends (``timeoutSeconds``, a dropped
   connection) resumes from where it was instead of listing again.  Only a 410 Gone (the version has

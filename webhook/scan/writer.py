@@ -8,16 +8,26 @@ new leader does not rewrite every report either.
 
 Writes pass a token bucket (``qps``, ``burst``): a config change that alters every report of a big
 cluster is spread out rather than thrown at the apiserver at once.
+
+A write that fails for a passing reason (a 5xx, a 429, a conflict still there after one re-read, a
+timeout or dropped connection) is tried again soon, per report: 1 s doubling to at most 60 s, each
+wait drawn between half and the whole of that (jitter, so reports that failed together do not come
+back together), through the same token bucket.  A refusal that trying again cannot change (a 422, a
+403, a namespace gone) is logged once and left to the resync.  Only the newest wanted state of a
+report is ever retried: a new write or delete of the same report replaces the pending one.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import urllib3
 
 from gpuguard.kubeapi.client import ApiError, request
 from gpuguard.webhook.scan.report import API_VERSION, DIGEST_ANNOTATION, GROUP_LABEL, KIND_LABEL, LABEL_SELECTOR, Built
@@ -25,6 +35,24 @@ from gpuguard.webhook.scan.report import API_VERSION, DIGEST_ANNOTATION, GROUP_L
 log = logging.getLogger("gpuguard.scan.writer")
 ReportKey = tuple[str, str]  # (namespace or "", name)
 GROUP_PATH = "/apis/" + API_VERSION
+RETRY_FIRST = 1.0  # seconds before the first retry of a failed write
+RETRY_MAX = 60.0  # the longest wait between two retries of one report
+# what a request raises when no answer came: a timeout, a refused or dropped connection
+TRANSIENT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+
+
+def retryable(status: int) -> bool:
+    """Whether a write refused with ``status`` may succeed when simply tried again later."""
+    return status in (408, 409, 429) or status >= 500
+
+
+@dataclass
+class Retry:
+    """A report write to try again: how many times it failed in a row, when, and what (None: delete)."""
+
+    failures: int
+    due: float  # time.monotonic()
+    built: Built | None
 
 
 def _path(namespace: str, name: str | None = None) -> str:
@@ -55,13 +83,19 @@ class TokenBucket:
 class Writer:
     """The reports in the cluster, as far as this process knows them, and the writes that keep them so."""
 
-    def __init__(self, api: Any, qps: float = 20.0, burst: int = 50) -> None:
+    def __init__(self, api: Any, qps: float = 20.0, burst: int = 50, *, timeout: float = 30.0,
+                 retry_first: float = RETRY_FIRST, retry_max: float = RETRY_MAX) -> None:
         self.api = api
         self.bucket = TokenBucket(qps, burst)
+        self.timeout = timeout
+        self.retry_first, self.retry_max = retry_first, retry_max
         self.known: dict[ReportKey, tuple[str, str]] = {}  # -> (digest, resourceVersion)
         self.kinds: dict[ReportKey, tuple[str, str]] = {}  # -> the subject's (group, kind)
         self.writes = {"create": 0, "update": 0, "delete": 0, "unchanged": 0}
         self.errors = 0
+        self.retries = 0  # retries made (each also counted in ``writes`` when it succeeds)
+        self.pending: dict[ReportKey, Retry] = {}
+        self._refused: dict[ReportKey, int] = {}  # the status last logged per refused report: logged once
 
     def load(self) -> None:
         """What reports exist now (this process's or a previous leader's), with their digests."""
@@ -83,34 +117,92 @@ class Writer:
                 if not token:
                     break
         self.known, self.kinds = known, kinds
+        self.pending.clear()  # a full pass follows a load: it writes whatever is still wanted
 
     def put(self, built: Built) -> str:
-        """Create or replace one report unless it already says the same; what was done."""
+        """Create or replace one report unless it already says the same; what was done (``create``,
+        ``update``, ``unchanged``; ``retry``: failed, tried again soon; ``refused``: left to the resync;
+        ``gone``: its namespace is going away)."""
         meta = built.report["metadata"]
         key = (meta.get("namespace") or "", meta["name"])
+        before = self.pending.pop(key, None)
         have = self.known.get(key)
         if have is not None and have[0] == built.digest:
             self.writes["unchanged"] += 1
             return "unchanged"
         self.bucket.take()
         try:
-            if have is None:
-                return self._create(key, built)
-            return self._replace(key, built, have[1])
+            done = self._create(key, built) if have is None else self._replace(key, built, have[1])
         except ApiError as exc:
-            self.errors += 1
-            if exc.status == 404 or (exc.status == 403 and "being terminated" in str(exc.body)):
+            return self._failed(key, built, before, exc.status, str(exc.body)[:200])
+        except TRANSIENT_ERRORS as exc:
+            return self._failed(key, built, before, 0, type(exc).__name__)
+        self._refused.pop(key, None)
+        return done
+
+    def delete(self, key: ReportKey) -> None:
+        """Delete one report (its workload is gone); a report already gone is fine."""
+        before = self.pending.pop(key, None)
+        if key not in self.known:
+            return
+        self.bucket.take()
+        try:
+            request(self.api, "DELETE", _path(*key), timeout=self.timeout).release_conn()
+            self.writes["delete"] += 1
+        except ApiError as exc:
+            if exc.status != 404:
+                self._failed(key, None, before, exc.status, str(exc.body)[:200])
+                return
+        except TRANSIENT_ERRORS as exc:
+            self._failed(key, None, before, 0, type(exc).__name__)
+            return
+        self.known.pop(key, None)
+        self.kinds.pop(key, None)
+        self._refused.pop(key, None)
+
+    def retry_due(self, now: float | None = None) -> int:
+        """Try again the failed writes whose wait is over; how many were tried."""
+        now = time.monotonic() if now is None else now
+        due = [(key, retry) for key, retry in self.pending.items() if retry.due <= now]
+        for key, retry in due:
+            if self.pending.get(key) is not retry:
+                continue  # replaced meanwhile by a newer write of the same report
+            self.retries += 1
+            if retry.built is None:
+                self.delete(key)
+            else:
+                self.put(retry.built)
+        return len(due)
+
+    def _failed(self, key: ReportKey, built: Built | None, before: Retry | None, status: int, detail: str) -> str:
+        """Schedule the write again after a passing failure (``status`` 0: no answer), or leave it to the
+        resync; what was decided."""
+        self.errors += 1
+        verb = "writing" if built is not None else "deleting"
+        if status and not retryable(status):
+            if status == 404 or (status == 403 and "being terminated" in detail):
                 return "gone"  # the namespace (and so the workload) is going away
-            log.warning("writing report %s/%s failed: HTTP %s %s", key[0], key[1], exc.status, str(exc.body)[:200])
-            return "error"
+            if self._refused.get(key) != status:
+                self._refused[key] = status
+                log.warning("%s report %s/%s refused: HTTP %s %s; left to the resync", verb, key[0], key[1],
+                            status, detail)
+            return "refused"
+        failures = (before.failures if before is not None else 0) + 1
+        wait = min(self.retry_max, self.retry_first * 2 ** (failures - 1)) * random.uniform(0.5, 1.0)
+        self.pending[key] = Retry(failures, time.monotonic() + wait, built)
+        log.log(logging.WARNING if failures == 1 else logging.INFO,
+                "%s report %s/%s failed (%s, %d in a row); retrying in %.1f s", verb, key[0], key[1],
+                f"HTTP {status} {detail}" if status else detail, failures, wait)
+        return "retry"
 
     def _create(self, key: ReportKey, built: Built) -> str:
         try:
-            created = orjson.loads(request(self.api, "POST", _path(key[0]), body=built.report, timeout=30).data)
+            created = orjson.loads(request(self.api, "POST", _path(key[0]), body=built.report,
+                                           timeout=self.timeout).data)
         except ApiError as exc:
             if exc.status != 409:
                 raise
-            current = orjson.loads(request(self.api, "GET", _path(*key), timeout=30).data)
+            current = orjson.loads(request(self.api, "GET", _path(*key), timeout=self.timeout).data)
             return self._replace(key, built, (current.get("metadata") or {}).get("resourceVersion", ""))
         self.known[key] = (built.digest, created["metadata"]["resourceVersion"])
         self.kinds[key] = _kind_of(built.report["metadata"].get("labels") or {})
@@ -120,36 +212,20 @@ class Writer:
     def _replace(self, key: ReportKey, built: Built, version: str) -> str:
         body = {**built.report, "metadata": {**built.report["metadata"], "resourceVersion": version}}
         try:
-            stored = orjson.loads(request(self.api, "PUT", _path(*key), body=body, timeout=30).data)
+            stored = orjson.loads(request(self.api, "PUT", _path(*key), body=body, timeout=self.timeout).data)
         except ApiError as exc:
             if exc.status == 404:  # deleted behind our back (by hand, or by the garbage collector)
                 self.known.pop(key, None)
                 return self._create(key, built)
             if exc.status != 409:
                 raise
-            current = orjson.loads(request(self.api, "GET", _path(*key), timeout=30).data)
+            current = orjson.loads(request(self.api, "GET", _path(*key), timeout=self.timeout).data)
             body["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion", "")
-            stored = orjson.loads(request(self.api, "PUT", _path(*key), body=body, timeout=30).data)
+            stored = orjson.loads(request(self.api, "PUT", _path(*key), body=body, timeout=self.timeout).data)
         self.known[key] = (built.digest, stored["metadata"]["resourceVersion"])
         self.kinds[key] = _kind_of(built.report["metadata"].get("labels") or {})
         self.writes["update"] += 1
         return "update"
-
-    def delete(self, key: ReportKey) -> None:
-        """Delete one report (its workload is gone); a report already gone is fine."""
-        if key not in self.known:
-            return
-        self.bucket.take()
-        try:
-            request(self.api, "DELETE", _path(*key), timeout=30).release_conn()
-            self.writes["delete"] += 1
-        except ApiError as exc:
-            if exc.status != 404:
-                self.errors += 1
-                log.warning("deleting report %s/%s failed: HTTP %s", key[0], key[1], exc.status)
-                return
-        self.known.pop(key, None)
-        self.kinds.pop(key, None)
 
     def sweep(self, wanted: set[ReportKey], unlisted: frozenset[tuple[str, str]] = frozenset()) -> int:
         """Delete every report of ours not in ``wanted`` (workloads deleted while nobody was leading,
