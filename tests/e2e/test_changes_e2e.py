@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with
+from tests.support.gpuguard_process import ROOT, default_config_with, in_force
 from tests.support.tenant import TenantEnv, dump
 
 pytestmark = pytest.mark.e2e
@@ -24,16 +24,11 @@ SPOT = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
 def env(control_plane, tmp_path_factory):
     cp = control_plane
     cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "priorityclasses.yaml"))
-    server = GpuguardServer(tmp_path_factory.mktemp("gpuguard"), default_config_with("ml-exempt"))
-    server.start()
-    server.register(cp)
     e = TenantEnv(cp, "gitops")
     probe = e.namespace()
-    cp.wait_for(lambda: "Warning: gpuguard [job-ttl]" in e.apply(job(probe, "probe")).stderr, timeout=60,
-                message="gpuguard's webhooks in force")
-    yield e
-    server.stop()
-    print(f"\n[e2e] gpuguard log: {server.log}")
+    with in_force(cp, tmp_path_factory.mktemp("gpuguard"), default_config_with("ml-exempt"),
+                  lambda: "Warning: gpuguard [job-ttl]" in e.apply(job(probe, "probe")).stderr):
+        yield e
 
 
 def job(ns: str, name: str, ttl: int = THIRTY_DAYS) -> dict:

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with
+from tests.support.gpuguard_process import ROOT, default_config_with, in_force
 from tests.support.tenant import TenantEnv
 
 pytestmark = pytest.mark.e2e
@@ -53,19 +53,14 @@ def env(control_plane, tmp_path_factory):
     # The platform team's runtimes, before gpuguard first lists them (its lists are cached).
     for runtime in (serving_runtime("vllm-1gpu", 1, "vllm"), serving_runtime("big-8gpu", 8, "big")):
         assert e.apply(runtime, user=None).returncode == 0
-    server = GpuguardServer(tmp_path_factory.mktemp("gpuguard"), default_config_with("kserve-exempt"),
-                            kubeconfig=cp.kubeconfig)
-    server.start()
-    server.register(cp)
     probe = e.namespace()
     # A new name each try: before the webhooks are in force the probe is created, and re-applying it
     # unchanged would be an UPDATE that does not grow.
-    cp.wait_for(lambda: "gpu-request-shape" in e.apply(isvc(probe, f"probe-{uuid.uuid4().hex[:6]}", 100,
-                                                             "vllm")).stderr,
-                timeout=60, message="gpuguard's webhooks in force")
-    yield e
-    server.stop()
-    print(f"\n[e2e] gpuguard log: {server.log}")
+    with in_force(cp, tmp_path_factory.mktemp("gpuguard"), default_config_with("kserve-exempt"),
+                  lambda: "gpu-request-shape" in e.apply(isvc(probe, f"probe-{uuid.uuid4().hex[:6]}", 100,
+                                                              "vllm")).stderr,
+                  kubeconfig=cp.kubeconfig):
+        yield e
 
 
 def test_min_replicas_times_the_runtimes_gpu_is_denied_by_the_workload_cap(env):

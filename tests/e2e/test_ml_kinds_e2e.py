@@ -13,7 +13,7 @@ import json
 import pytest
 
 from gpuguard.workloads.kinds.trainer import TRAINJOB
-from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with
+from tests.support.gpuguard_process import ROOT, default_config_with, in_force
 from tests.support.tenant import TenantEnv, dump
 
 pytestmark = pytest.mark.e2e
@@ -36,18 +36,13 @@ def env(control_plane, tmp_path_factory):
         "metadata": {"name": "kserve-huggingfaceserver"},
         "spec": {"supportedModelFormats": [{"name": "huggingface", "version": "1", "autoSelect": True}],
                  "containers": [{"name": "kserve-container", "image": "kserve/huggingfaceserver:v0.15.2"}]}}))
-    server = GpuguardServer(tmp_path_factory.mktemp("gpuguard"), default_config_with("ml-exempt"),
-                            kubeconfig=cp.kubeconfig)
-    server.start()
-    server.register(cp)
     e = TenantEnv(cp, "ml")
     probe = e.namespace()
-    cp.wait_for(lambda: "priorityClassName" in json.dumps(
-        e.get("rayservice", "probe", "-n", probe) if e.apply(rayservice(probe, "probe")).returncode == 0 else {}),
-        timeout=60, message="gpuguard's webhooks in force")
-    yield e
-    server.stop()
-    print(f"\n[e2e] gpuguard log: {server.log}")
+    with in_force(cp, tmp_path_factory.mktemp("gpuguard"), default_config_with("ml-exempt"), lambda: "priorityClassName"
+                  in json.dumps(e.get("rayservice", "probe", "-n", probe)
+                                if e.apply(rayservice(probe, "probe")).returncode == 0 else {}),
+                  kubeconfig=cp.kubeconfig):
+        yield e
 
 
 # ---------------------------------------------------------------- Kubeflow Trainer v2

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tests.support.gpuguard_process import ROOT, GpuguardServer, default_config_with
+from tests.support.gpuguard_process import ROOT, default_config_with, in_force
 from tests.support.tenant import TenantEnv
 
 pytestmark = pytest.mark.e2e
@@ -31,18 +31,13 @@ def env(control_plane, tmp_path_factory):
     cp = control_plane
     cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "priorityclasses.yaml"))
     cp.install_crds("dynamographdeployment", "dynamocomponentdeployment", "nimservice", "leaderworkerset")
-    server = GpuguardServer(tmp_path_factory.mktemp("gpuguard"), default_config_with("serve-exempt"),
-                            kubeconfig=cp.kubeconfig)
-    server.start()
-    server.register(cp)
     e = TenantEnv(cp, "serve")
     probe = e.namespace()
-    cp.wait_for(lambda: "tolerations" in json.dumps(
-        e.get("nimservice", "probe", "-n", probe) if e.apply(nimservice(probe, "probe")).returncode == 0 else {}),
-        timeout=60, message="gpuguard's webhooks in force")
-    yield e
-    server.stop()
-    print(f"\n[e2e] gpuguard log: {server.log}")
+    with in_force(cp, tmp_path_factory.mktemp("gpuguard"), default_config_with("serve-exempt"), lambda: "tolerations"
+                  in json.dumps(e.get("nimservice", "probe", "-n", probe)
+                                if e.apply(nimservice(probe, "probe")).returncode == 0 else {}),
+                  kubeconfig=cp.kubeconfig):
+        yield e
 
 
 def owned_by(obj: dict, api_version: str, kind: str, name: str, uid: str) -> dict:

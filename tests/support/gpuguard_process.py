@@ -7,13 +7,16 @@ commands the docs give admins, so the e2e suite proves them too.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import ssl
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.support.cluster.controlplane import ControlPlane, free_port
 from tests.support.processes import stop_group
@@ -87,6 +90,22 @@ class GpuguardServer:
         manifest = gpuguard("webhook-config", "--url", self.url, "--ca", str(self.ca), "--failure-policy",
                             failure_policy).stdout
         cp.kubectl("apply", "-f", "-", input=manifest)
+
+
+@contextlib.contextmanager
+def in_force(cp: ControlPlane, workdir: Path, config_text: str, ready: Callable[[], Any],
+             kubeconfig: Path | None = None) -> Iterator[GpuguardServer]:
+    """A gpuguard server registered with ``cp`` until the block ends, yielded once ``ready()`` is true (a probe
+    through the apiserver that only gpuguard's webhooks can pass); its log's path is printed at the end."""
+    server = GpuguardServer(workdir, config_text, kubeconfig=kubeconfig)
+    server.start()
+    try:
+        server.register(cp)
+        cp.wait_for(ready, timeout=60, message="gpuguard's webhooks in force")
+        yield server
+    finally:
+        server.stop()
+        print(f"\n[e2e] gpuguard log: {server.log}")
 
 
 def default_config_with(extra_exempt_namespace: str, grants: str = "inference, notebook") -> str:

@@ -34,11 +34,10 @@ import yaml
 from cryptography import x509
 
 from gpuguard.certs import selfmanaged as sm
+from gpuguard.certs.inject import MUTATING, VALIDATING
 from gpuguard.certs.store import atomic_write, cert_pem, key_pem
 from gpuguard.webhook.server import logs, metrics
 
-MUTATING = "MutatingWebhookConfiguration"
-VALIDATING = "ValidatingWebhookConfiguration"
 TEMPLATE_KEY = "webhooks.yaml"
 API_TIMEOUT = 10
 DEFAULT_INTERVAL = 10.0
