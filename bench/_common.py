@@ -36,6 +36,14 @@ BUILD_DIR = HERE / ".build"
 FIXEDRATE = BUILD_DIR / "fixedrate"
 WRK_SCRIPT = HERE / "loadgen" / "post.lua"
 DEFAULT_CONFIG = ROOT / "policies" / "default-config.yaml"
+SETUP = HERE / "setup.sh"  # builds FIXEDRATE from FIXEDRATE_SOURCE (and installs wrk, valgrind)
+FIXEDRATE_SOURCE = HERE / "loadgen" / "fixedrate.c"
+ALLOW_APP = HERE / "allow_app.py"  # the allow-all FastAPI app: the webhook stack's floor
+SERVE_LAUNCHER = HERE / "_serve.py"  # gpuguard serve with the benchmark-only switches
+# What --check-paths checks (bench/_paths.py): read or run (must exist), created here, run with -m.
+NEEDS = (HERE, ROOT, DEFAULT_CONFIG, WRK_SCRIPT, SETUP, FIXEDRATE_SOURCE, ALLOW_APP, SERVE_LAUNCHER)
+MADE = (RESULTS_DIR, BUILD_DIR, FIXEDRATE)
+NEEDS_MODULES = ("gpuguard.webhook.__main__",)  # gpuguard_cli, gpuguard_server: python -m gpuguard.webhook
 
 if str(ROOT) not in sys.path:  # `python bench/x.py` puts bench/ first on sys.path, not the repo
     sys.path.insert(0, str(ROOT))

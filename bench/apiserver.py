@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 
 import orjson
 from _common import (
-    HERE,
+    ALLOW_APP,
     ROOT,
     Server,
     free_port,
@@ -61,12 +61,15 @@ from _common import (
     wait_quiet,
     write_results,
 )
+from _paths import add_option, check_paths
 
 T = TypeVar("T")
 SCENARIOS = ("none", "vap", "allow-webhook", "gpuguard")
 KINDS = ("pod", "job", "cpu-pod")
 PRIORITY_CLASSES = ROOT / "deploy" / "base" / "priorityclasses.yaml"
 VAP_NAME = "bench-checkpoint"
+# What --check-paths checks (bench/_paths.py); ``--peers --check-paths`` checks bench/peers/ as well.
+NEEDS = (PRIORITY_CLASSES,)
 
 # The checkpoint rule in CEL: every container with a GPU limit mounts a PVC-backed volume or sets
 # CHECKPOINT_URI to an object store.  One policy per kind, since a Pod and a Job keep the pod spec
@@ -373,13 +376,8 @@ def _other_conditions(manifest: str, which: str) -> str:
     return yaml.safe_dump_all(documents, sort_keys=False)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Start the control plane and both webhooks, run the interleaved rounds, print and write apiserver.json."""
-    argv = sys.argv[1:] if argv is None else argv
-    if "--peers" in argv:  # kyverno and map+vap next to none, allow-webhook and gpuguard: bench/peers/
-        from peers.apiserver_peers import main as peers_main
-
-        return peers_main([a for a in argv if a != "--peers"])
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    """The options of the gpuguard-only run, checked (a missing --allow-webhook-conditions file ends it here)."""
     parser = argparse.ArgumentParser(description="per-create latency through a real kube-apiserver")
     parser.add_argument("-n", type=int, default=1000, help="creates per scenario and kind (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: %(default)s)")
@@ -399,7 +397,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=10, help="uncounted creates per round (default: %(default)s)")
     parser.add_argument("--keep-log", metavar="FILE", help="copy gpuguard's log here")
     parser.add_argument("--quick", action="store_true", help="n=40, 2 rounds: a smoke run")
+    add_option(parser)
     args = parser.parse_args(argv)
+    conditions = args.allow_webhook_conditions
+    if conditions not in ("same", "name") and not Path(conditions).is_file():
+        parser.error(f"--allow-webhook-conditions {conditions}: same, name or a YAML file (no such file)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the control plane and both webhooks, run the interleaved rounds, print and write apiserver.json."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--peers" in argv:  # kyverno and map+vap next to none, allow-webhook and gpuguard: bench/peers/
+        from peers.apiserver_peers import main as peers_main
+
+        return peers_main([a for a in argv if a != "--peers"])
+    args = _arguments(argv)
+    if args.check_paths:  # before anything is built or started
+        return check_paths()
     if args.quick:
         args.n, args.rounds, args.warmup = 40, 2, 5
     per_round = max(1, args.n // args.rounds)
@@ -415,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         certs = make_certs(workdir / "certs")
         server = gpuguard_server(workdir, certs, None, cpu=None, name="gpuguard", python=args.python)
         port = free_port()
-        bare = Server("allow-webhook", [args.python, str(HERE / "allow_app.py"), "--port", str(port), "--cert",
+        bare = Server("allow-webhook", [args.python, str(ALLOW_APP), "--port", str(port), "--cert",
                                         str(certs / "tls.crt"), "--key", str(certs / "tls.key")],
                       port, certs / "ca.crt", workdir / "allow-webhook.log", None)
         hooks = {name: gpuguard_cli("webhook-config", "--url", srv.url, "--ca", str(certs / "ca.crt"),

@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 import yaml
 from _common import ROOT, machine, machine_line, table, wait_quiet, write_results
+from _paths import add_option, check_paths
 from peers import corpus
 
 FORMATS = ("table", "json", "sarif", "junit", "policyreport", "html")
@@ -121,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="audit-scale", help="results file stem (default: %(default)s)")
     parser.add_argument("--quiet-wait", type=float, default=60, metavar="SECONDS")
     parser.add_argument("--quick", action="store_true", help="300 manifests, outputs checked: a smoke run")
+    add_option(parser)
     args = parser.parse_args(argv)
+    if args.check_paths:
+        return check_paths()
     if args.quick:
         args.count, args.quiet_wait, args.big_formats, args.big_mib = 300, 0, "json", 1.0
     formats = [f for f in args.formats.split(",") if f]

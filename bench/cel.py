@@ -36,11 +36,13 @@ from typing import Any
 
 import orjson
 from _common import HERE, ROOT, machine, quiet_warning, wait_quiet, write_results
+from _paths import add_option, check_paths
 
 # This file is named like the Rust library's module (``cel``): take bench/ off the import path
 # once ``_common`` is in, so that ``import cel`` finds the library, not this script.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 BODY = ROOT / "bench" / "bodies" / "gpu-job-pvc.validate.json"
+NEEDS = (BODY,)  # what --check-paths checks (bench/_paths.py)
 
 #: (name, scope, expression): object-scope rules see ``object``/``workload``/``request``,
 #: podTemplate rules also ``podSpec``.  All five hold for the GPU Job body (expected: True).
@@ -222,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--wait-quiet", type=float, default=120, metavar="S",
                         help="wait up to S seconds for other work to leave the CPUs idle (default 120)")
+    add_option(parser)
     args = parser.parse_args(argv)
+    if args.check_paths:
+        return check_paths()
     busy = wait_quiet(args.wait_quiet)
     obj = orjson.loads(BODY.read_bytes())["request"]["object"]
     rows = [bench_library(name, obj, args.quick) for name in LIBRARIES]

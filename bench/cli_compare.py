@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from _common import ROOT, machine, machine_line, table, wait_quiet, write_results
+from _paths import add_option, check_paths
 from peers import corpus, kyverno_proc
 
 
@@ -48,7 +49,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also have Kyverno write the mutated resources (-o FILE), as gpuguard's JSON has patches")
     parser.add_argument("--quiet-wait", type=float, default=60, metavar="SECONDS")
     parser.add_argument("--quick", action="store_true", help="100 manifests, 1 run, no quiet wait: a smoke run")
+    add_option(parser)
     args = parser.parse_args(argv)
+    if args.check_paths:
+        return check_paths()
     if args.quick:
         args.count, args.runs, args.quiet_wait = 100, 1, 0
     try:

@@ -45,6 +45,7 @@ from _common import (
     table,
     write_results,
 )
+from _paths import add_option, check_paths
 
 TARGET_US = 150.0  # the issue's target for the GPU Job body (mutate + validate)
 
@@ -236,7 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     """Time every body, break one create into stages, profile, print the tables and write engine.json."""
     parser = argparse.ArgumentParser(description="gpuguard engine: microseconds per evaluation")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
+    add_option(parser)
     args = parser.parse_args(argv)
+    if args.check_paths:
+        return check_paths()
     from bodies import DESCRIPTIONS, NAMES, ensure_bodies
 
     from gpuguard.webhook.config import load_config, parse_config_text

@@ -48,8 +48,11 @@ from _common import (
     wait_quiet,
     write_results,
 )
+from _paths import add_option, check_paths
 
 TARGET_MS = 50.0
+NORMAL_BODY = Path(__file__).resolve().parent / "bodies" / "gpu-job-pvc.mutate.json"  # the probe's review
+NEEDS = (NORMAL_BODY,)  # what --check-paths checks (bench/_paths.py)
 MIB = 1024 * 1024
 GPU = {"limits": {"nvidia.com/gpu": 1}}
 _GROUPS = {"Job": ("batch", "v1", "jobs"), "Pod": ("", "v1", "pods"),
@@ -242,7 +245,7 @@ def probe(workers: int, rounds: int, per_round: int, hostile: bytes) -> dict[str
     """Normal-review and /readyz latency (ms) with and without a hostile review in flight, interleaved."""
     import httpx
 
-    normal = (Path(__file__).resolve().parent / "bodies" / "gpu-job-pvc.mutate.json").read_bytes()
+    normal = NORMAL_BODY.read_bytes()
     headers = {"content-type": "application/json"}
     with tempfile.TemporaryDirectory(prefix="gpuguard-hostile-") as tmp:
         certs = make_certs(Path(tmp) / "certs")
@@ -298,7 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller shapes, a short probe: a smoke run")
     parser.add_argument("--no-probe", action="store_true", help="time the inputs only")
+    add_option(parser)
     args = parser.parse_args(argv)
+    if args.check_paths:
+        return check_paths()
     busy = cpu_busy_elsewhere(0.5) if args.quick else wait_quiet(60)
     rows, results, wrong = time_inputs(args.quick)
     out = [f"Time per input (parse + engine in one thread: its CPU time and wall time, median of runs; target "

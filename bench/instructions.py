@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _paths import add_option, check_paths
+
 ROOT = Path(__file__).resolve().parent.parent
 BODY = "bench/bodies/gpu-job-pvc.mutate.json"
 WORKLOAD = """
@@ -37,6 +39,9 @@ for _ in range(200 + n):
     engine.evaluate(obj, mutate, plain_json=True)
     engine.evaluate(mutated, validate, plain_json=True)
 """.replace("{body}", BODY)
+# What --check-paths checks (bench/_paths.py): the body, and the modules WORKLOAD imports in its string.
+NEEDS = (ROOT / BODY,)
+NEEDS_MODULES = ("gpuguard.webhook.config", "gpuguard.webhook.decision", "gpuguard.webhook.engine.core")
 
 
 def instructions(root: Path, creates: int) -> int:
@@ -58,7 +63,10 @@ def main() -> int:
     parser.add_argument("--base", type=Path, help="another checkout (e.g. `git archive` of main); none: this one only")
     parser.add_argument("--runs", type=int, default=300, help="creates measured (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="20 creates: a smoke run (counts less exact)")
+    add_option(parser)
     args = parser.parse_args()
+    if args.check_paths:
+        return check_paths()
     if args.quick:
         args.runs = 20
     if shutil.which("valgrind") is None:

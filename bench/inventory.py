@@ -26,6 +26,8 @@ import timeit
 import tracemalloc
 from pathlib import Path
 
+from _paths import add_option, check_paths
+
 ROOT = Path(__file__).resolve().parent
 
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "ml"},
@@ -85,7 +87,10 @@ def per_call_us(fn, repeat: int, number: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and 500 nodes (a smoke run)")
+    add_option(parser)
     args = parser.parse_args(argv)
+    if args.check_paths:
+        return check_paths()
     from gpuguard.webhook.config import load_config
     from gpuguard.webhook.decision import RequestContext
     from gpuguard.webhook.engine.core import Engine

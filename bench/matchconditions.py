@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 from _common import HERE, ROOT, machine, machine_line, table, write_results
+from _paths import add_option, check_paths
 
 sys.path.insert(0, str(ROOT))
 
@@ -38,6 +39,8 @@ CACHE = Path(os.environ.get("GPUGUARD_E2E_CACHE", Path.home() / ".cache" / "gpug
 WRAPPER = CACHE / f"wrapper-{K8S_VERSION}"  # tests/support/cluster/build.sh's module: its replaces pin the release
 MODULE = CACHE / f"mcbench-{K8S_VERSION}"
 SOURCE = HERE / "mcbench" / "main.go"
+# What --check-paths checks (bench/_paths.py): the Go source, and the script that makes WRAPPER.
+NEEDS = (SOURCE, ROOT / "tests" / "support" / "cluster" / "build.sh")
 GO_ENV = {"CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "GOWORK": "off", "GOFLAGS": "-mod=mod -buildvcs=false"}
 
 CPU = {"limits": {"cpu": "500m", "memory": "256Mi"}, "requests": {"cpu": "500m", "memory": "256Mi"}}
@@ -122,7 +125,9 @@ def run(binary: Path, case: dict[str, Any], conds: list[dict[str, str]], workdir
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args(argv)
+    add_option(parser)
+    if parser.parse_args(argv).check_paths:
+        return check_paths()
     binary = build()
     variants = conditions()
     rows, raw = [], []

@@ -15,11 +15,13 @@ from pathlib import Path
 
 import orjson
 from _common import HERE, machine_line
+from _paths import check_paths, wanted
 
 README = HERE / "README.md"
 
 
 RECORDED = HERE / "results"  # the recorded runs, whatever GPUGUARD_BENCH_RESULTS says
+NEEDS = (README, RECORDED)  # what --check-paths checks (bench/_paths.py)
 
 
 def block(name: str) -> str | None:
@@ -51,6 +53,8 @@ def check(names: list[str]) -> list[str]:
 
 def main() -> int:
     """Rewrite every results block of the README in place (``--check``: only check that it can be)."""
+    if wanted():
+        return check_paths()
     text = README.read_text()
     names = re.findall(r"<!-- results:([\w-]+) -->", text)
     if "--check" in sys.argv[1:]:

@@ -32,10 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from _common import ROOT, cpu_busy_elsewhere, free_port, machine_line, peak_rss_mb, quiet_warning, table, write_results
+from _paths import add_option, check_paths
 
 from tests.support.processes import scrape as scrape_page  # _common put the repository on sys.path
 
 CRDS = ROOT / "tests" / "support" / "policyreport" / "crds.yaml"
+NEEDS = (CRDS,)  # what --check-paths checks (bench/_paths.py)
 
 
 def _container(gpus: int, checkpoint: bool) -> dict[str, Any]:
@@ -154,7 +156,10 @@ def main() -> None:
     parser.add_argument("--steady", type=float, default=120.0)
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--quick", action="store_true", help="500 workloads, 20 s of steady state")
+    add_option(parser)
     args = parser.parse_args()
+    if args.check_paths:
+        raise SystemExit(check_paths())
     if args.quick:
         args.workloads, args.namespaces, args.steady, args.resync = 500, 5, 20.0, 10.0
     sys.path.insert(0, str(ROOT))

@@ -48,8 +48,9 @@ from typing import Any
 
 import orjson
 from _common import (
+    ALLOW_APP,
     FIXEDRATE,
-    HERE,
+    SERVE_LAUNCHER,
     WRK_SCRIPT,
     CpuAccount,
     Server,
@@ -70,6 +71,7 @@ from _common import (
     wait_quiet,
     write_results,
 )
+from _paths import add_option, check_paths
 
 SERVER_CPU = 0
 LOAD_CPU = 1
@@ -112,7 +114,7 @@ def fixed_rate(url: str, body: Path, rate: int, seconds: float, ca: Path) -> dic
 def bare_server(workdir: Path, certs: Path, python: str) -> Server:
     """The bare FastAPI allow-all app (bench/allow_app.py) on the same certificates and core."""
     port = free_port()
-    argv = [python, str(HERE / "allow_app.py"), "--port", str(port), "--cert", str(certs / "tls.crt"),
+    argv = [python, str(ALLOW_APP), "--port", str(port), "--cert", str(certs / "tls.crt"),
             "--key", str(certs / "tls.key")]
     return Server("bare", argv, port, certs / "ca.crt", workdir / "bare.log", SERVER_CPU)
 
@@ -149,7 +151,7 @@ def make_servers(workdir: Path, certs: Path, args: argparse.Namespace) -> dict[s
     """The variants to run (not started yet): gpuguard, and unless ``--no-baselines`` allow-all and bare."""
     if args.gc_tuned:
         guard = gpuguard_server(workdir, certs, None, cpu=SERVER_CPU, python=args.python, name="gpuguard",
-                                launcher=[str(HERE / "_serve.py")])
+                                launcher=[str(SERVE_LAUNCHER)])
         guard.env = {"GPUGUARD_BENCH_GC": args.gc_tuned}
     else:
         guard = gpuguard_server(workdir, certs, None, cpu=SERVER_CPU, python=args.python, name="gpuguard")
@@ -278,7 +280,7 @@ def breakdown(workdir: Path, certs: Path, python: str, count: int, seconds: floa
             continue
         server = gpuguard_server(workdir, certs, all_off_config_text() if config == "off" else None, cpu=SERVER_CPU,
                                  python=python, name=f"breakdown-{index}", log_level=level,
-                                 launcher=[str(HERE / "_serve.py")])
+                                 launcher=[str(SERVE_LAUNCHER)])
         server.env = env
         servers[label] = server
     with ExitStack() as stack:
@@ -306,7 +308,7 @@ def profile_server(workdir: Path, certs: Path, python: str, name: str,
 
     out = workdir / "server.prof"
     server = gpuguard_server(workdir, certs, None, cpu=SERVER_CPU, python=python, name="profiled",
-                             launcher=[str(HERE / "_serve.py")])
+                             launcher=[str(SERVE_LAUNCHER)])
     # cProfile sees the thread it was enabled on (the event loop's): the engine runs there too for the profile.
     server.env = {"GPUGUARD_BENCH_PROFILE": str(out), "GPUGUARD_BENCH_INLINE": "1"}
     with running(server):
@@ -379,7 +381,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="2 rounds of 2 s points and 3 s fixed-rate points, GPU Job body only: a smoke run "
                              "(results in server-quick.json unless --tag says otherwise)")
     parser.add_argument("--tag", default="", help="suffix for the results file (server-TAG.json)")
+    add_option(parser)
     args = parser.parse_args(argv)
+    if args.check_paths:
+        return check_paths()
     if args.quick and not args.tag:
         args.tag = "quick"  # the recorded full run (server.json, the README's table) stays as it is
     from bodies import NAMES, ensure_bodies

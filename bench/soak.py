@@ -40,8 +40,10 @@ from _common import (
     table,
     write_results,
 )
+from _paths import add_option, check_paths
 
 BODY = Path(__file__).resolve().parent / "bodies" / "gpu-job-pvc.mutate.json"
+NEEDS = (BODY,)  # what --check-paths checks (bench/_paths.py)
 CONNECTIONS = 16
 DEFAULT_CONFIG = (ROOT / "policies" / "default-config.yaml").read_text()
 
@@ -105,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--segment", type=int, default=30, help="seconds per load segment (default 30)")
     parser.add_argument("--replace-every", type=float, default=10.0, help="seconds between replacements")
     parser.add_argument("--quick", action="store_true", help="20 s, 5 s segments, replaced every 2 s: a smoke run")
+    add_option(parser)
     args = parser.parse_args(argv)
+    if args.check_paths:
+        return check_paths()
     if args.quick:
         args.duration, args.segment, args.replace_every = 20, 5, 2.0
     if not FIXEDRATE.exists():

@@ -37,5 +37,5 @@ ruff check .  # lint, with the complexity gate (outliers named in pyproject.toml
 bash scripts/typecheck.sh  # mypy over the engine, config, decision, workloads and policies
 lint-imports  # the layering contracts in pyproject.toml
 python3 scripts/generate.py --check  # every derived file (configs, tables, cases) is up to date
-python3 bench/smoke.py  # each benchmark driver's --quick run: fails when one breaks or a body is denied, never on speed
+python3 bench/smoke.py  # every bench driver's paths and arguments (--check-paths, peers included), then each --quick run: fails when one breaks or a body is denied, never on speed
 python3 -m pytest -p no:cacheprovider "$@"

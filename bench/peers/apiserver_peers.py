@@ -45,7 +45,7 @@ if str(_BENCH) not in sys.path:
 
 import orjson  # noqa: E402
 from _common import (  # noqa: E402
-    HERE,
+    ALLOW_APP,
     ROOT,
     Server,
     free_port,
@@ -59,6 +59,7 @@ from _common import (  # noqa: E402
     wait_quiet,
     write_results,
 )
+from _paths import add_option, check_paths  # noqa: E402
 from apiserver import (  # noqa: E402
     PRIORITY_CLASSES,
     Api,
@@ -331,6 +332,24 @@ def fixed_rate(cp: Any, rate: float, seconds: float, clients: int, ns: str) -> d
     return out
 
 
+def _selection(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[str], list[str], list[float]]:
+    """``(kinds, scenarios, load rates)`` from the options, --quick applied; a wrong one ends the run here (exit 2)."""
+    if args.quick:
+        args.n, args.rounds, args.warmup = 20, 2, 3
+    kinds = [k for k in args.kinds.split(",") if k]
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    for what, got, known in (("--kinds", kinds, KINDS), ("--scenarios", scenarios, SCENARIOS)):
+        if not got or (unknown := [g for g in got if g not in known]):
+            parser.error(f"{what}: {', '.join(unknown) if got else 'none given'}; choose from {', '.join(known)}")
+    try:
+        rates = [float(r) for r in args.load.split(",") if r]
+    except ValueError:
+        parser.error(f"--load {args.load}: comma-separated rates per second, e.g. 50,200")
+    if min(args.n, args.rounds, args.clients, *(rates or [1])) <= 0 or args.warmup < 0:
+        parser.error("-n, --rounds, --clients and the --load rates must be positive, --warmup not negative")
+    return kinds, scenarios, rates
+
+
 def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one long benchmark script, read top to bottom
     parser = argparse.ArgumentParser(description="gpuguard vs Kyverno vs MAP+VAP through a real kube-apiserver")
     parser.add_argument("-n", type=int, default=500, help="creates per scenario and kind (default: %(default)s)")
@@ -345,12 +364,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one long benchma
     parser.add_argument("--quiet-wait", type=float, default=60, metavar="SECONDS")
     parser.add_argument("--tag", default="", help="suffix for the results file")
     parser.add_argument("--quick", action="store_true", help="n=20, 2 rounds, 3 warm-up: a smoke run")
+    add_option(parser)
     args = parser.parse_args(argv)
-    if args.quick:
-        args.n, args.rounds, args.warmup = 20, 2, 3
-    kinds = [k for k in args.kinds.split(",") if k]
-    scenarios = [s for s in args.scenarios.split(",") if s]
-    rates = [float(r) for r in args.load.split(",") if r]
+    kinds, scenarios, rates = _selection(parser, args)
+    if args.check_paths:  # before anything is built or started
+        return check_paths()
     per_round = max(1, args.n // args.rounds)
     skipped: dict[str, str] = {}
     if "kyverno" in scenarios:
@@ -378,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one long benchma
         certs = make_certs(workdir / "certs")
         server = gpuguard_server(workdir, certs, None, cpu=WEBHOOK_CPU, name="gpuguard", python=args.python)
         bare_port = free_port()
-        bare = Server("allow-webhook", [args.python, str(HERE / "allow_app.py"), "--port", str(bare_port), "--cert",
+        bare = Server("allow-webhook", [args.python, str(ALLOW_APP), "--port", str(bare_port), "--cert",
                                         str(certs / "tls.crt"), "--key", str(certs / "tls.key")],
                       bare_port, certs / "ca.crt", workdir / "allow-webhook.log", WEBHOOK_CPU)
         hooks = {name: gpuguard_cli("webhook-config", "--url", srv.url, "--ca", str(certs / "ca.crt"),

@@ -36,6 +36,7 @@ if str(_BENCH) not in sys.path:
 
 import yaml  # noqa: E402
 from _common import ROOT, table  # noqa: E402
+from _paths import add_option, check_paths  # noqa: E402
 
 from peers import kyverno_proc  # noqa: E402
 
@@ -43,6 +44,12 @@ FIXTURES = ROOT / "tests" / "fixtures" / "manifests"
 POLICY_CASES = ROOT / "tests" / "policies"
 MUTATING = ("gpu-tolerations", "gpu-node-affinity", "default-resources", "priority-class", "job-ttl", "job-limits",
             "shm-volume")
+# Annotations Kyverno's CLI adds to the resources it writes (its keys, not gpuguard's): not a mutation.
+KYVERNO_ANNOTATIONS = ("policies.kyverno.io", "kyverno.io")
+# What --check-paths checks (bench/_paths.py).
+NEEDS = (FIXTURES, POLICY_CASES, *(kyverno_proc.POLICY_DIR / f"{pid}.yaml" for pid in MUTATING))
+EXTERNAL_NAMES = KYVERNO_ANNOTATIONS
+NEEDS_MODULES = ("gpuguard.webhook.__main__",)  # gpuguard_outcomes: python -m gpuguard.webhook audit
 Key = tuple[str, str, str]  # kind, namespace, name
 
 
@@ -146,8 +153,7 @@ def _strip(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     for noise in ("creationTimestamp", "annotations"):
         if noise == "annotations" and isinstance(meta.get(noise), dict):
-            meta[noise] = {a: v for a, v in meta[noise].items() if not a.startswith(("gpuguard.policies.kyverno.io",
-                                                                                     "kyverno.io"))} or None
+            meta[noise] = {a: v for a, v in meta[noise].items() if not a.startswith(KYVERNO_ANNOTATIONS)} or None
             if meta[noise] is None:
                 meta.pop(noise)
         elif meta.get(noise) is None:
@@ -179,7 +185,12 @@ def compare(only: dict[Key, str | None], g: dict[Key, dict[str, str]], k: dict[K
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="translated Kyverno policies vs gpuguard on gpuguard's fixtures")
     parser.add_argument("--markdown", metavar="FILE", help="also write the differences as Markdown tables")
+    add_option(parser)
     args = parser.parse_args(argv)
+    if args.markdown and not Path(args.markdown).resolve().parent.is_dir():
+        parser.error(f"--markdown {args.markdown}: no folder {Path(args.markdown).resolve().parent}")
+    if args.check_paths:
+        return check_paths()
     try:
         cli, _ = kyverno_proc.binaries(build=True)
     except kyverno_proc.KyvernoUnavailable as exc:

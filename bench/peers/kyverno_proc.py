@@ -29,9 +29,13 @@ POLICY_DIR = PEERS / "kyverno"
 BUILD_SCRIPT = PEERS / "build_kyverno.sh"
 CACHE = Path(os.environ.get("GPUGUARD_PEERS_CACHE", Path.home() / ".cache" / "gpuguard-peers")) \
     / f"kyverno-{KYVERNO_VERSION}"
-CRD_GROUPS = ("kyverno", "gpuguard.policies.kyverno.io", "reports", "policyreport")
+# Folders of Kyverno's config/crds (in its Go module, not in this tree): 7 + 6 + 2 + 2 CRDs at v1.15.2.
+CRD_GROUPS = ("kyverno", "policies.kyverno.io", "reports", "policyreport")
 NAMESPACE = "kyverno"
 SERVICE = "kyverno-svc"
+# What --check-paths checks (bench/_paths.py); path_problems() below checks CRD_GROUPS in Kyverno's module.
+NEEDS = (PEERS, POLICY_DIR, BUILD_SCRIPT)
+EXTERNAL_NAMES = CRD_GROUPS
 
 # The Helm chart's admission-controller arguments (charts/kyverno values.yaml "features" and
 # "admissionController" defaults of v1.15.2), minus what only makes sense in a pod.
@@ -67,14 +71,42 @@ def binaries(build: bool = True) -> tuple[Path, Path]:
     return cli, controller
 
 
+def _module_path() -> Path | None:
+    """Where Kyverno's module is (or would be) in the Go module cache; None when that is unknown."""
+    cache = os.environ.get("GOMODCACHE", "")
+    if not cache and (go := shutil.which("go") or shutil.which("/usr/local/go/bin/go")):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            cache = subprocess.run([go, "env", "GOMODCACHE"], capture_output=True, text=True, check=True,
+                                   timeout=30).stdout.strip()
+    return Path(cache) / "github.com" / "kyverno" / f"kyverno@{KYVERNO_VERSION}" if cache else None
+
+
 def module_dir() -> Path:
     """Kyverno's module directory in the Go module cache (its CRDs live there)."""
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    out = subprocess.run([go, "env", "GOMODCACHE"], capture_output=True, text=True, check=True).stdout.strip()
-    path = Path(out) / "github.com" / "kyverno" / f"kyverno@{KYVERNO_VERSION}"
-    if not path.exists():
-        raise KyvernoUnavailable(f"{path} missing: run bash {BUILD_SCRIPT}")
+    path = _module_path()
+    if path is None or not path.exists():
+        raise KyvernoUnavailable(f"{path or 'Kyverno ' + KYVERNO_VERSION + ' module'} missing: run bash {BUILD_SCRIPT}")
     return path
+
+
+def crd_dirs(module: Path) -> list[Path]:
+    """The CRD folders ``install_crds`` applies, in Kyverno's module ``module``."""
+    return [module / "config" / "crds" / group for group in CRD_GROUPS]
+
+
+def path_problems() -> list[str]:
+    """For --check-paths: every CRD folder exists in Kyverno's module, when the module is downloaded.
+
+    The module comes with the first step of ``build_kyverno.sh`` (``go mod download``, seconds; no
+    build); without it only the names are checked (bench/_paths.py: EXTERNAL_NAMES).
+    """
+    module = _module_path()
+    if module is None or not module.is_dir():
+        print(f"check-paths: note: Kyverno {KYVERNO_VERSION}'s module is not downloaded; CRD_GROUPS checked by "
+              f"name only (go mod download github.com/kyverno/kyverno@{KYVERNO_VERSION} to check the folders)")
+        return []
+    return [f"CRD_GROUPS: {path.name!r}: no folder {path} in Kyverno {KYVERNO_VERSION}'s module"
+            for path in crd_dirs(module) if not path.is_dir()]
 
 
 def policy_files() -> list[Path]:
@@ -112,9 +144,8 @@ class Kyverno:
     def install_crds(self) -> None:
         """Its namespace and 17 CRDs (server-side apply: some are too large for the last-applied annotation)."""
         self.cp.kubectl("create", "namespace", NAMESPACE)
-        crds = module_dir() / "config" / "crds"
-        for group in CRD_GROUPS:
-            self.cp.kubectl("apply", "--server-side", "-f", str(crds / group), timeout=120)
+        for crds in crd_dirs(module_dir()):
+            self.cp.kubectl("apply", "--server-side", "-f", str(crds), timeout=120)
         for attempt in range(10):  # a CRD created a moment ago may have no status yet: kubectl wait errors
             try:
                 self.cp.kubectl("wait", "--for=condition=Established", "--timeout=90s", "crd", "--all", timeout=120)
