@@ -10,10 +10,16 @@ outlive every pod and restart of the workload, which is what a checkpoint is for
 even where they are deleted with the workload (``whenDeleted: Delete``: final results belong
 elsewhere once a TTL removes the job).
 
-Only training is checked: evaluations, quantizations, batch inference and smoke tests
-(``gpuguard.workloads.classify`` reads them from the commands, or a user declares the class) redo
-their work on a restart.  A denial names the classes that would change it, and never offers as the
-way out a deadline shorter than ``minOfferedDeadlineSeconds``.
+Only training is checked: evaluations, quantizations, batch inference and smoke tests redo their
+work on a restart, and servers and notebooks have no progress to lose.  The class comes from
+evidence (``gpuguard.workloads.lifecycle``): work that runs to completion is training unless the
+user declares otherwise, and a declaration that drops this check is honoured only on kinds whose
+deadline ``job-limits`` then caps.  What the work looks like is a guess: it never drops the check
+(a ``lm_eval`` before ``torchrun`` changes nothing), it only shapes the message ("it looks like a
+smoke test: if so, label it …") and warns where the kind would skip the check (a Deployment that
+runs ``torchrun train.py``) or where the class itself is only a guess (a bare Pod that runs to
+completion).  A denial never offers as the way out a deadline shorter than
+``minOfferedDeadlineSeconds``, nor a label on a kind where it would lower nothing.
 """
 
 from __future__ import annotations
@@ -24,9 +30,9 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
-from gpuguard.workloads.classify import relabel
+from gpuguard.workloads.lifecycle import carries_deadline
 from gpuguard.workloads.paths import dicts, dotted, get_path
-from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
+from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, Container, PodTemplate, WorkloadView
 
 _NOT_PERSISTENT = {
     "emptyDir": "an emptyDir (deleted with the pod)",
@@ -39,9 +45,11 @@ _NOT_PERSISTENT = {
     "image": "an image volume (read-only)",
 }
 
-# The classes a job denied as training may really be, with what each is for (``relabel``).
+# The classes a job denied as training may really be, with what each is for (``gpuguard explain``).
 NOT_TRAINING = (("smoke-test", "a smoke test or benchmark"),
                 ("batch-inference", "evaluation, quantization, batch inference"))
+_NOUNS = {"smoke-test": "a smoke test", "batch-inference": "batch work", "inference": "a server",
+          "notebook": "a notebook"}
 
 
 class Settings(PolicySettings):
@@ -180,8 +188,8 @@ def _gpu_hours_at_risk(view: WorkloadView) -> float | None:
 def _bound_hint(view: WorkloadView, settings: Settings) -> str:
     """The ways out besides checkpoints: a deadline that keeps the GPU-hours at risk under the bound, offered
     only when it leaves time for real work (a 64-chip job would get 225 s, shorter than its own
-    ``pip install``); and the classes that need no checkpoints, whose deadline (``job-limits``) bounds
-    the loss in GPU-hours that grow with the job."""
+    ``pip install``); and, on kinds whose deadline ``job-limits`` caps, the classes that need no
+    checkpoints — that cap is their price.  Where the work looks like one of them, that one comes first."""
     fields = view.kind.job
     hint = ""
     if fields and fields.deadline and view.total_gpus and settings.max_gpu_hours_at_risk > 0:
@@ -189,16 +197,42 @@ def _bound_hint(view: WorkloadView, settings: Settings) -> str:
         if seconds >= max(settings.min_offered_deadline_seconds, 1):
             hint = (f"; or, for a short run, set {dotted(fields.deadline)} <= {seconds} so at most "
                     f"{settings.max_gpu_hours_at_risk:g} GPU-hours are at risk")
-    return hint + "; " + relabel(view.workload_class, NOT_TRAINING)
+    if not carries_deadline(view.kind):
+        return hint
+    guessed = view.guessed_class
+    values = " or ".join(sorted((value for value, _ in NOT_TRAINING), key=lambda value: value != guessed))
+    looks = ""
+    if guessed in _NOUNS and view.reading is not None and not view.reading.guess.by_kind:
+        looks = f"; it looks like {_NOUNS[guessed]} ({view.reading.guess.reason})"
+    return f"{hint}{looks}; if it is not training, label it {WORKLOAD_CLASS_LABEL}: {values} (deadline capped)"
+
+
+def _guess_note(view: WorkloadView, settings: Settings) -> str:
+    """Why a check the class would skip still warns: the work looks like training."""
+    if view.workload_class in settings.classes or view.reading is None:
+        return ""
+    return f"this {view.kind.kind} looks like training ({view.reading.guess.reason}): "
 
 
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
-    if view.workload_class not in settings.classes or not view.is_gpu:
+    if not view.is_gpu:
         return
+    judged = view.workload_class in settings.classes
+    declared = view.reading is not None and view.reading.declared is not None and not view.reading.declaration_note
+    if not judged and (declared or view.guessed_class not in settings.classes):
+        return  # a declaration the kind honours (its deadline is capped) outranks the look of the work
+    # A class that is only a guess (the look of a long-running kind's work, a bare Pod's run) warns.
+    advisory = not judged or not view.class_is_evidence
     at_risk = _gpu_hours_at_risk(view)
     if at_risk is not None and at_risk <= settings.max_gpu_hours_at_risk:
         return
-    hint = _bound_hint(view, settings)
+    hint = _bound_hint(view, settings) if judged else "; if it is training, run it as a Job or a training kind"
+    note = _guess_note(view, settings)
+    for finding in _findings(view, settings, hint):
+        yield Finding(finding.path, note + finding.message, finding.fix, finding.target, advisory)
+
+
+def _findings(view: WorkloadView, settings: Settings, hint: str) -> Iterator[Finding]:
     extra = _claim_policies(view)
     volcano = _volcano_mounts(view)
     for template in view.gpu_templates:

@@ -2,7 +2,9 @@
 
 A GPU job that crash-loops retries six times by default (each retry re-pulls a large
 image and reloads a model), and a job that hangs runs until someone notices.  A backoff
-limit and an ``activeDeadlineSeconds`` default (and maximum) bound both.  Objects a trusted
+limit and an ``activeDeadlineSeconds`` default (and maximum) bound both.  The class is the engine's,
+which rests on evidence (the kind, an honoured declaration), never on a word in a command line: a
+cap by class is the price a user pays for declaring ``smoke-test`` or ``batch-inference``.  Objects a trusted
 controller creates (the Pods of a Job) never reach a mutating policy: their parent carries the
 deadline (``gpuguard.workloads.controllers``).  On UPDATE the caps hold too: raising a deadline past the
 maximum is capped like on CREATE.
@@ -31,8 +33,11 @@ class Settings(PolicySettings):
                                description="Workload classes it applies to.")
     by_class: dict[str, Deadline] = Field(
         default_factory=lambda: {"smoke-test": Deadline(active_deadline_seconds=1800,
-                                                        max_active_deadline_seconds=3600)},
-        description="Deadline and cap per class, over the general ones (a smoke test is short by definition).")
+                                                        max_active_deadline_seconds=3600),
+                                 "batch-inference": Deadline(active_deadline_seconds=21600,
+                                                             max_active_deadline_seconds=86400)},
+        description="Deadline and cap per class, over the general ones: the price of the classes that skip the "
+        "checkpoint check (a smoke test is short by definition; batch work is bounded to a day).")
 
 
 def mutate(view: WorkloadView, settings: Settings) -> bool:
@@ -57,8 +62,8 @@ POLICY = MutatingPolicy(
     settings_model=Settings,
     run=mutate,
     description="Sets `backoffLimit` (default 3) and `activeDeadlineSeconds` (default 24h, capped at 7 days; smoke "
-    "tests 30 min, capped at 1h) on GPU training, batch-inference and smoke-test workloads where absent; explicit "
-    "user values stay.",
+    "tests 30 min, capped at 1h; batch inference 6h, capped at 24h) on GPU training, batch-inference and smoke-test "
+    "workloads where absent; explicit user values stay below the cap of the class, which rests on evidence.",
     rationale="A hung or crash-looping GPU job bills every GPU-hour until a human notices; over a weekend "
     "that is 60 hours per GPU.",
     cpu_scope=accelerator_objects_only,

@@ -4,8 +4,9 @@ The inference class preempts: a training job or notebook that borrows it evicts 
 pods (and other teams' training) to get its GPUs.  Checked on every place a kind keeps a
 priority class: pod templates and the kind's ``priority_class_paths`` (Kubeflow
 ``runPolicy.schedulingPolicy.priorityClass``, Volcano ``spec.priorityClassName``).  The class is
-the engine's (``effective_class``): an inference-by-kind workload in a namespace that does not
-grant inference is training here too.  A DaemonSet may never use a reserved class.
+the engine's (``gpuguard.workloads.lifecycle``), and a reserved class preempts, which only a
+namespace's profile grants (workload-class ``allowEscalationTo``): a server in a namespace that
+does not grant inference may not use it either.  A DaemonSet may never use a reserved class.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
             yield Finding(path, f"a {view.kind.kind} uses priority class {name}, reserved for {' and '.join(allowed)}: "
                           "it would preempt pods on every node it runs on",
                           "remove priorityClassName (gpuguard sets a non-preempting class)")
+        elif allowed is not None and view.workload_class in allowed and not view.may_preempt:
+            yield Finding(path, f"{view.workload_class} workload uses priority class {name}, which preempts: this "
+                          "namespace does not grant preemption",
+                          "remove priorityClassName (gpuguard sets the non-preempting inference-standard), or ask "
+                          "an admin to grant it in this namespace's profile (workload-class: allowEscalationTo: "
+                          f"[{view.workload_class}])")
         elif allowed is not None and view.workload_class not in allowed:
             yield Finding(path, f"{view.workload_class} workload uses priority class {name}, reserved for "
                           f"{' and '.join(allowed)}: it would preempt serving pods",
@@ -63,7 +70,8 @@ POLICY = ValidatingPolicy(
     title="Inference priority is for inference",
     settings_model=Settings,
     run=validate,
-    description="Rejects training and notebook workloads that use a priority class reserved for inference.",
+    description="Rejects training and notebook workloads that use a priority class reserved for inference, and "
+    "servers that use it where the namespace's profile does not grant preemption.",
     rationale="The inference class preempts: a training job that borrows it evicts model servers to take "
     "their GPUs.",
     cpu_scope=cpu_scope,

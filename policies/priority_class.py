@@ -1,8 +1,10 @@
 """priority-class: a priorityClassName by workload class, where the user set none.
 
 Inference serves users and should preempt; training queues; notebooks yield.  Which class a
-workload has is the engine's decision (``effective_class``: the preempting inference class only
-where the namespace's profile grants it); a DaemonSet never gets a preempting class.  On a bare
+workload has is the engine's decision (``gpuguard.workloads.lifecycle``: a server is a server
+everywhere), but preempting is a privilege: a server gets the preempting class only where its
+namespace's profile grants inference, elsewhere the class of ``withoutPreemption`` (ahead of
+training in the queue, evicting nobody); a DaemonSet never gets a preempting class.  On a bare
 Pod the apiserver's Priority plugin has already set ``spec.priority`` (from the global
 default) before the webhook runs, and it re-runs after a webhook mutates and refuses a
 Pod whose ``spec.priority`` disagrees with its class, so the stale value is dropped.  The
@@ -18,7 +20,7 @@ from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
 from gpuguard.workloads.paths import Replaced
-from gpuguard.workloads.view import NEVER_PREEMPTING_KINDS, UNPRIVILEGED_CLASS, WorkloadView
+from gpuguard.workloads.view import NEVER_PREEMPTING_KINDS, WorkloadView
 
 
 class Settings(PolicySettings):
@@ -27,6 +29,10 @@ class Settings(PolicySettings):
                                  "batch-inference": "training-standard", "smoke-test": "training-standard",
                                  "notebook": "notebook-dev"},
         description="Workload class -> PriorityClass name.")
+    without_preemption: dict[str, str] = Field(
+        default_factory=lambda: {"inference": "inference-standard"},
+        description="Workload class -> the non-preempting PriorityClass it gets where its namespace's profile "
+        "does not grant it preemption (workload-class allowEscalationTo), and on a DaemonSet.")
     gpu_only: bool = Field(True, description="Only set it on workloads that request GPUs.")
 
 
@@ -35,8 +41,9 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
         return False
     # A DaemonSet runs a pod on every matching node: a preempting class would evict whatever runs
     # there, so it gets the non-preempting class whatever its workload class.
-    workload_class = UNPRIVILEGED_CLASS if view.kind.kind in NEVER_PREEMPTING_KINDS else view.workload_class
-    name = settings.classes.get(workload_class)
+    preempts = view.may_preempt and view.kind.kind not in NEVER_PREEMPTING_KINDS
+    name = None if preempts else settings.without_preemption.get(view.workload_class)
+    name = name or settings.classes.get(view.workload_class)
     if not name:
         return False
     changed = False
@@ -63,7 +70,8 @@ POLICY = MutatingPolicy(
     title="Priority class by workload class",
     settings_model=Settings,
     run=mutate,
-    description="Sets `priorityClassName` by workload class (`inference-critical`; `training-standard` for training, "
+    description="Sets `priorityClassName` by workload class (`inference-critical` where the namespace grants "
+    "inference preemption, else the non-preempting `inference-standard`; `training-standard` for training, "
     "batch inference and smoke tests; `notebook-dev`) where absent, and drops `spec.priority` and "
     "`spec.preemptionPolicy` there (pod or template) so the apiserver recomputes them.",
     rationale="Without classes a notebook can hold the GPUs a production model server needs, and nothing "

@@ -90,7 +90,8 @@ class ExpectedFinding(_Model):
     def matches(self, violation: Violation) -> bool:
         return (violation.policy == self.policy and violation.verdict == self.action
                 and (self.path is None or violation.path == self.path)
-                and (self.message_contains is None or self.message_contains in violation.message))
+                and (self.message_contains is None or self.message_contains in violation.message
+                     or self.message_contains in violation.fix))
 
     def __str__(self) -> str:
         where = f" at {self.path}" if self.path is not None else ""

@@ -109,8 +109,37 @@ class ClaimSource(Protocol):
         """Why a lookup may fail, for the warning (e.g. "the watch has not synced yet")."""
 
 
+# Objects whose controller creates a claim (template) from them: (apiVersion group, kind) -> what it makes,
+# as (kind, name path, device requests).  The NVIDIA DRA driver's ComputeDomain makes the
+# ResourceClaimTemplate its ``spec.channel.resourceClaimTemplate.name`` names, one IMEX channel per pod;
+# a manifest that applies both, or a cluster where the domain exists, has that template as good as made.
+COMPUTE_DOMAIN_CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
+CLAIM_MAKERS: dict[tuple[str, str], tuple[ClaimKind, tuple[str, ...], tuple[DeviceRequest, ...]]] = {
+    ("resource.nvidia.com", "ComputeDomain"): (
+        "ResourceClaimTemplate", ("spec", "channel", "resourceClaimTemplate", "name"),
+        (DeviceRequest("channel", COMPUTE_DOMAIN_CHANNEL_CLASS, 1),)),
+}
+
+
+def made_claim(obj: Any) -> tuple[ClaimKind, str, list[DeviceRequest]] | None:
+    """The claim (template) a known controller will create from ``obj``: (kind, name, device requests)."""
+    if not isinstance(obj, dict):
+        return None
+    api_version = obj.get("apiVersion")
+    group = api_version.rsplit("/", 1)[0] if isinstance(api_version, str) and "/" in api_version else ""
+    maker = CLAIM_MAKERS.get((group, str(obj.get("kind"))))
+    if maker is None:
+        return None
+    kind, path, requests = maker
+    value: Any = obj
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return (kind, value, list(requests)) if isinstance(value, str) and value else None
+
+
 class StaticClaims:
-    """Claims known from a fixed set of objects: the audit's input documents or one cluster listing."""
+    """Claims known from a fixed set of objects: the audit's input documents or one cluster listing, and the
+    claims a known controller will make from them (``CLAIM_MAKERS``)."""
 
     def __init__(self, objects: Iterable[Any] = (), origin: str = "the audited input"):
         self._claims: dict[tuple[str, str | None, str], list[DeviceRequest]] = {}
@@ -119,6 +148,12 @@ class StaticClaims:
             self.add(obj)
 
     def add(self, obj: Any) -> None:
+        made = made_claim(obj)
+        if made is not None:
+            meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+            namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
+            self._claims.setdefault((made[0], namespace, made[1]), made[2])
+            return
         if not isinstance(obj, dict) or obj.get("kind") not in PLURALS:
             return
         if not str(obj.get("apiVersion", "")).startswith(GROUP + "/"):

@@ -306,9 +306,13 @@ def _by_smoke(containers: list[_Container]) -> Inference | None:
 # one command line or image says is remembered; keys are at most MAX_TEXT characters.
 @lru_cache(maxsize=512)
 def _command_evidence(text: str) -> tuple[str, str] | None:
+    """What one command line says, the class with the most checks winning across tools and script names
+    (``lm_eval …; python train.py`` is training, whatever comes first); a launcher alone says training,
+    but not over what it launches (``accelerate launch -m lm_eval`` is an evaluation)."""
     one = [_Container("", text, "", {})]
-    found = _by_text(_TOOLS, one) or _by_scripts(one) or _by_text(_LAUNCHERS, one)
-    return (found.workload_class, found.reason) if found is not None else None
+    found = [f for f in (_by_text(_TOOLS, one), _by_scripts(one)) if f is not None]
+    best = min(found, key=lambda f: _RANK[f.workload_class]) if found else _by_text(_LAUNCHERS, one)
+    return (best.workload_class, best.reason) if best is not None else None
 
 
 @lru_cache(maxsize=512)

@@ -15,7 +15,7 @@ import copy
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuguard.workloads import quantity
 from gpuguard.workloads.accelerators import KAI_SHARE, Accelerators, Profile, kai_share
@@ -26,8 +26,11 @@ from gpuguard.workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
 from gpuguard.workloads.paths import Path, Replaced, child_dict, child_list, dicts, dotted, get_path
 from gpuguard.workloads.serving import SERVING_SHAPES, inherited_pod_fields, main_container, unread_claims
 
-__all__ = ["NEVER_PREEMPTING_KINDS", "PRIVILEGED_CLASSES", "UNPRIVILEGED_CLASS", "WORKLOAD_CLASSES",
-           "WORKLOAD_CLASS_LABEL", "effective_class", "Container", "PodTemplate", "WorkloadView", "build_view",
+if TYPE_CHECKING:
+    from gpuguard.workloads.lifecycle import ClassReading
+
+__all__ = ["NEVER_PREEMPTING_KINDS", "WORKLOAD_CLASSES", "WORKLOAD_CLASS_LABEL", "Container", "PodTemplate",
+           "WorkloadView", "build_view",
            "effective_requests"]
 
 
@@ -54,29 +57,10 @@ class cached_property:  # noqa: N801 - a drop-in for functools.cached_property
 WORKLOAD_CLASS_LABEL = "gpuguard.io/workload-class"
 # What a workload is, which decides the checks it gets and (through priority-class) its priority:
 # serving (inference), training, offline batch inference, interactive notebooks, and short smoke
-# tests / benchmarks.  The kind gives a default; a user may declare another (workload-class policy).
+# tests / benchmarks.  ``gpuguard.workloads.lifecycle`` reads it, from the kind's purpose first.
 WORKLOAD_CLASSES = ("training", "inference", "batch-inference", "notebook", "smoke-test")
-# Classes that carry privilege: inference preempts (priority-class) and skips the checkpoint and
-# deadline checks, notebook skips them too.  A workload gets one only where its namespace's
-# profile grants it (workload-class ``allowEscalationTo``), whether its kind or a label asks for
-# it; elsewhere it is judged as training, the class with every check and no preemption.  The other
-# classes keep the deadline and retry limits, which bound what they can lose.
-PRIVILEGED_CLASSES = frozenset({"inference", "notebook"})
-UNPRIVILEGED_CLASS = "training"
 # Kinds that run a pod on every matching node: a preempting priority would evict whatever runs there.
 NEVER_PREEMPTING_KINDS = frozenset({"DaemonSet"})
-
-
-def effective_class(wanted: str, granted: frozenset[str] | None) -> str:
-    """The class a workload is judged as, given the class its kind or label asks for.
-
-    The one place privilege is decided: ``granted`` is what the namespace's profile grants
-    (``None``: every class, the workload-class policy being off).  Shape, kind and labels only
-    ever *ask*.
-    """
-    if wanted in PRIVILEGED_CLASSES and granted is not None and wanted not in granted:
-        return UNPRIVILEGED_CLASS
-    return wanted
 
 
 @dataclass
@@ -268,9 +252,9 @@ class WorkloadView:
     kind: KindSpec
     workload_class: str
     templates: list[PodTemplate]
-    # The class its work asks for (``gpuguard.workloads.classify``; the kind, or the admin's byKind, the last
-    # hint), before any declaration by the user.
-    kind_class: str = ""
+    # How the class was read (``gpuguard.workloads.lifecycle``): the evidence behind it, what the work looks
+    # like (a guess), a declaration and whether it was honoured, whether the namespace lets it preempt.
+    reading: ClassReading | None = None
     accelerators: Accelerators | None = None  # the config's profiles (for policies that look at all of them)
     # Inherited pod fields the view copied into templates: (template, field, the inherited value, the
     # template's own value before, or _ABSENT).
@@ -347,6 +331,24 @@ class WorkloadView:
                 del parent[key]
         self.created.clear()
 
+    @property
+    def guessed_class(self) -> str:
+        """What the work looks like (commands, images, ports): a guess that shapes messages and warnings only."""
+        return self.reading.guessed if self.reading is not None else self.workload_class
+
+    @property
+    def class_is_evidence(self) -> bool:
+        """Whether the class rests on evidence (the kind's purpose, the admin, an honoured declaration): only
+        then may a finding that depends on it deny."""
+        return self.reading.evidence if self.reading is not None else True
+
+    @property
+    def may_preempt(self) -> bool:
+        """Whether the namespace lets this workload's class preempt (inference, where granted)."""
+        if self.reading is not None:
+            return self.reading.may_preempt
+        return self.workload_class == "inference"
+
     @cached_property
     def is_gpu(self) -> bool:
         return any(t.gpus_per_pod for t in self.templates)
@@ -403,8 +405,9 @@ def effective_requests(containers: Iterable[Container],
     return out
 
 
-def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_class: str, kind_class: str = "",
-               namespace: str | None = None, claims: ClaimSource | None = None) -> WorkloadView:
+def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_class: str,
+               reading: ClassReading | None = None, namespace: str | None = None,
+               claims: ClaimSource | None = None) -> WorkloadView:
     """Find every pod template of ``obj`` (a working copy) and the accelerators each container asks for.
 
     ``claims`` resolves DRA ResourceClaimTemplates/ResourceClaims (the webhook's cached watch,
@@ -447,7 +450,7 @@ def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_c
             template.unresolved_claims.extend(unread)
             template.unjudged_claims.extend(unread)
         templates.append(template)
-    return WorkloadView(obj, kind, workload_class, templates, kind_class or workload_class, accelerators, inherited,
+    return WorkloadView(obj, kind, workload_class, templates, reading, accelerators, inherited,
                         namespace=namespace, created=created)
 
 

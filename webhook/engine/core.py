@@ -40,18 +40,16 @@ from gpuguard.webhook.engine.patch import make_patch
 from gpuguard.webhook.engine.update import keep_immutable, subject
 from gpuguard.workloads import kinds, knative
 from gpuguard.workloads.claims import ClaimSource
-from gpuguard.workloads.classify import infer as infer_class
-from gpuguard.workloads.classify import operator_class
 from gpuguard.workloads.controllers import ControllerOrigin
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds.spec import Resolved
+from gpuguard.workloads.lifecycle import ClassReading, read_class
 from gpuguard.workloads.paths import Replaced, dotted, get_path
 from gpuguard.workloads.view import (
     WORKLOAD_CLASS_LABEL,
     WORKLOAD_CLASSES,
     WorkloadView,
     build_view,
-    effective_class,
 )
 
 log = logging.getLogger("gpuguard.engine")
@@ -136,41 +134,26 @@ class Engine:
     # ------------------------------------------------------------------ classification
     def classify(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None = None,
                  policy_set: PolicySet | None = None) -> str:
-        """The workload class: declared, else read from what the workload does, its kind the last hint.
+        """The workload class it is judged as (:meth:`read_class`)."""
+        return self.read_class(obj, kind, origin, policy_set).judged
 
-        Object content *asks* for a class only where the admin allowed the class label; an
-        ownerReference or a notebook label written by a user never does.  Whether the class asked
-        for is given is decided by :func:`effective_class` from what the namespace's profile grants.
-        """
-        return self.classify_work(obj, kind, origin, policy_set)[0]
-
-    def classify_work(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None = None,
-                      policy_set: PolicySet | None = None) -> tuple[str, str]:
-        """The class given (:meth:`classify`) and the class the work asks for before any declaration."""
-        wanted, work = self._wanted_class(obj, kind, origin)
-        return effective_class(wanted, self.granted_classes(policy_set)), work
-
-    def _wanted_class(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None) -> tuple[str, str]:
-        """(the class asked for, the class the work asks for): a declaration, else what the work does
-        (``gpuguard.workloads.classify``), the kind being the last hint.  What a trusted controller made
-        is read the same way, its owner's kind as the hint (an operator that makes only servers or
-        notebooks gives its class)."""
-        settings = self.config.workload_classes
+    def read_class(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None = None,
+                   policy_set: PolicySet | None = None) -> ClassReading:
+        """What the workload is (``gpuguard.workloads.lifecycle``): its kind's purpose first, then the user's
+        declaration where the admin allows the class label and a price bounds what it lowers; what its work
+        looks like is only a guess.  What a trusted controller made is its owner's kind of work; an
+        ownerReference or a label written by a user never grants anything."""
+        granted = self.granted_classes(policy_set)
         if origin is not None:
             owner = kinds.lookup_group_kind(*origin.owner)
             if owner is not None and owner.kind != "Pod":
-                operator = operator_class(owner)
-                if operator is not None:
-                    return operator, operator
-                work = infer_class(obj, kind, self.kind_class(owner)).workload_class
-                return work, work
-        work = ""
-        if settings.allow_label_override:
+                return read_class(obj, kind, self.kind_class(owner), None, granted, lifecycle_kind=owner)
+        declared = None
+        if self.config.workload_classes.allow_label_override:
             labels = _meta(obj).get("labels")
-            if isinstance(labels, dict) and labels.get(WORKLOAD_CLASS_LABEL) in WORKLOAD_CLASSES:
-                return labels[WORKLOAD_CLASS_LABEL], work
-        work = infer_class(obj, kind, self.kind_class(kind)).workload_class
-        return work, work
+            value = labels.get(WORKLOAD_CLASS_LABEL) if isinstance(labels, dict) else None
+            declared = value if value in WORKLOAD_CLASSES else None
+        return read_class(obj, kind, self.kind_class(kind), declared, granted)
 
     def granted_classes(self, policy_set: PolicySet | None) -> frozenset[str] | None:
         """The privileged classes a namespace grants (workload-class ``allowEscalationTo``); ``None``: all.
@@ -224,7 +207,8 @@ class Engine:
                               "unusually large or deeply nested, split or simplify it, else tell the cluster admin",
                               ctx)
 
-    def _decide(self, decision: Decision, obj: dict, ctx: RequestContext, plain_json: bool) -> Decision:
+    def _decide(self, decision: Decision, obj: dict, ctx: RequestContext, plain_json: bool,
+                merge_runtime: bool = True) -> Decision:
         kind = kinds.lookup(obj.get("apiVersion"), obj.get("kind"))
         if kind is None:
             decision.skipped = f"kind {decision.kind or '<none>'} ({decision.api_version or '<none>'}) is not a " \
@@ -252,7 +236,7 @@ class Engine:
             if not origin.mutate and (self.config.trust_controller_pods or not ctx.validate):
                 decision.skipped = origin.reason
                 return decision
-        if origin is None and kind.merged_runtime is not None and ctx.validate:
+        if origin is None and kind.merged_runtime is not None and ctx.validate and merge_runtime:
             resolved = kind.merged_runtime.resolve(obj, decision.namespace, ctx.read_object or _unreadable,
                                                    ctx.list_objects)
             if resolved is not None:
@@ -304,13 +288,25 @@ class Engine:
 
         Validation runs every policy on ``merge(mutated object, runtime)`` (the runtime's container with the
         object's fields over it) and reports the findings prefixed with the runtime's kind and name; what it
-        counts (GPUs, replicas) is the merged pods'.  A runtime that can't be resolved can't be judged.
+        counts (GPUs, replicas) is the merged pods'.  A runtime that can't be resolved (one KServe installs
+        itself, audited offline) lowers confidence, not the judgement: where the object's own fields give its
+        accelerators it is judged on them, with a warning; only where they don't can it not be judged.
         """
         assert kind.merged_runtime is not None
         if resolved.runtime is None:
-            return self._fail(decision, f"its serving runtime could not be resolved ({resolved.problem}), so its "
-                              "pods could not be checked; create the runtime first, or name an existing one", ctx,
-                              unresolved=resolved.problem)
+            unread = f"its serving runtime could not be resolved ({resolved.problem})"
+            alone = self._decide(replace(decision), obj, ctx, plain_json, merge_runtime=False)
+            if alone.error or alone.skipped:
+                return alone
+            if not alone.gpus:
+                return self._fail(decision, f"{unread}, so its pods could not be checked; create the runtime "
+                                  "first, or name an existing one", ctx, unresolved=resolved.problem)
+            decision = alone
+            decision.violations.append(Violation(
+                "gpu-request-shape", "warn", "spec", f"not fully checked: {unread}; judged on its own fields "
+                f"({decision.gpus} accelerators), not on the runtime's containers",
+                "create the runtime, or audit with the cluster's runtimes (--lookup-cluster)", subject="spec"))
+            return decision
         self._decide(decision, obj, replace(ctx, validate=False), plain_json)
         if decision.error or decision.skipped:
             return decision
@@ -358,15 +354,19 @@ class Engine:
         """``work`` is the object policies see (a copy whenever ``mutating``); ``raw`` its JSON bytes."""
         decision.original = original
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
-        workload_class, work_class = self.classify_work(work, kind, origin, policy_set)
-        view = build_view(work, kind, self.config.accelerators, workload_class, work_class,
+        reading = self.read_class(work, kind, origin, policy_set)
+        workload_class = reading.judged
+        view = build_view(work, kind, self.config.accelerators, workload_class, reading,
                           decision.namespace, self.claims)
         view.inventory = self.inventory
         decision.workload_class = workload_class
         decision.gpus = view.total_gpus
         decision.gpus_by_resource = view.gpus_by_resource()
         unjudged = [(path, text) for t in view.templates for path, text in t.unjudged_claims]
-        if unjudged and origin is None and self.config.failure_mode == "closed" \
+        # What the input lacks lowers confidence but never flips what the object's own fields support: a
+        # workload whose accelerators its containers already give is judged on them (the claim stays a
+        # warning); only one whose accelerator count is itself unknown can't be judged.
+        if unjudged and origin is None and self.config.failure_mode == "closed" and not view.total_gpus \
                 and not self.config.controllers.is_controller(ctx.username):
             path, text = unjudged[0]
             where = dotted(path)

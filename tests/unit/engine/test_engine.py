@@ -181,13 +181,12 @@ def test_message_names_policy_path_container_and_fix():
     assert text == ("[checkpoint-volume] spec.template.spec.containers[0] (trainer): GPU training job has no "
                     "persistent volume for checkpoints; mount a persistentVolumeClaim (e.g. at /checkpoints) or "
                     "set CHECKPOINT_URI to an object store; or, for a short run, set spec.activeDeadlineSeconds "
-                    "<= 14400 so at most 4 GPU-hours are at risk; judged as training; if it is not, label it "
-                    "gpuguard.io/workload-class: smoke-test (a smoke test or benchmark) or batch-inference "
-                    "(evaluation, quantization, batch inference).")
+                    "<= 14400 so at most 4 GPU-hours are at risk; if it is not training, label it "
+                    "gpuguard.io/workload-class: smoke-test or batch-inference (deadline capped).")
 
 
 def test_owner_reference_alone_grants_nothing():
-    pod = make("Pod", bare_pod_spec())
+    pod = make("Pod", bare_pod_spec(9))
     pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u",
                                            "controller": True}]
     decision = ENGINE.evaluate(pod, RequestContext(username="alice"))

@@ -104,11 +104,16 @@ def test_forged_deployment_owner_and_notebook_label_choose_no_class():
     pod["spec"]["priorityClassName"] = "inference-critical"
     decision = ENGINE.evaluate(pod, ALICE)
     assert decision.workload_class == "training"
-    assert {"priority-abuse", "checkpoint-volume", "gpu-request-shape"} <= {v.policy for v in decision.denials}
-    # Declaring the class by label is the user's way to correct it, but it cannot buy inference priority.
+    assert {"priority-abuse", "gpu-request-shape"} <= {v.policy for v in decision.denials}
+    # A bare Pod's class is only read from what it runs: its checkpoint finding warns.
+    assert "checkpoint-volume" in {v.policy for v in decision.warnings}
+    # Declaring the class by label is the user's way to correct it, but it cannot buy inference priority, nor
+    # drop the checks of a pod that runs to completion.
     pod["metadata"]["labels"]["gpuguard.io/workload-class"] = "inference"
     declared = ENGINE.evaluate(pod, ALICE)
-    assert "workload-class" in {v.policy for v in declared.denials}
+    assert declared.workload_class == "training"
+    assert "priority-abuse" in {v.policy for v in declared.denials}
+    assert "workload-class" in {v.policy for v in declared.warnings}
 
 
 def test_parent_class_follows_the_trusted_owner():
@@ -118,9 +123,9 @@ def test_parent_class_follows_the_trusted_owner():
     # The same StatefulSet from a user is an inference StatefulSet, label or no label.
     sts["spec"]["template"]["metadata"]["labels"]["notebook-name"] = "x"
     assert SERVING.evaluate(sts, ALICE).workload_class == "inference"
-    # Where no profile grants those classes, neither the owner nor the kind gives one: training.
-    assert ENGINE.evaluate(sts, RequestContext(username=user)).workload_class == "training"
-    assert ENGINE.evaluate(sts, ALICE).workload_class == "training"
+    # Where no profile grants preemption the classes are the same: a class is what the work is, not a grant.
+    assert ENGINE.evaluate(sts, RequestContext(username=user)).workload_class == "notebook"
+    assert ENGINE.evaluate(sts, ALICE).workload_class == "inference"
 
 
 def test_trust_off_validates_controller_objects_but_never_mutates_them():
@@ -138,7 +143,7 @@ def test_config_overrides_and_adds_controllers_by_name():
         "  my-operator:\n"
         "    serviceAccounts: [ops/my-operator]\n"
         "    creates: [{owner: example.com/Trainer, kind: batch/Job}]\n"))
-    pod = owned(make("Pod", bare_pod_spec()), ("batch", "Job"))
+    pod = owned(make("Pod", bare_pod_spec(9)), ("batch", "Job"))
     assert not engine.evaluate(pod, RequestContext(username=KCM_JOB)).allowed
     job = owned(make("Job", bare_pod_spec()), ("example.com", "Trainer"))
     decision = engine.evaluate(job, RequestContext(username="system:serviceaccount:ops:my-operator"))
@@ -155,7 +160,7 @@ def test_bad_controller_entry_is_refused_with_its_line():
 
 
 def test_request_namespace_decides_exemption_not_the_object():
-    pod = make("Pod", bare_pod_spec(), namespace="kube-system")
+    pod = make("Pod", bare_pod_spec(9), namespace="kube-system")
     decision = ENGINE.evaluate(pod, RequestContext(username="alice", namespace="ml"))
     assert decision.skipped is None and not decision.allowed
     assert decision.namespace == "ml"

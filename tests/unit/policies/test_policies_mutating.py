@@ -196,7 +196,7 @@ def test_default_resources_settings_and_non_gpu_pods():
 # ---------------------------------------------------------------- priority-class
 @pytest.mark.parametrize("kind,expected", [(k, "training-standard") for k in TRAINING_KINDS] +
                          [(k, "inference-critical") for k in INFERENCE_KINDS if k != "DaemonSet"] +
-                         [("DaemonSet", "training-standard"), ("Notebook", "notebook-dev")])
+                         [("DaemonSet", "inference-standard"), ("Notebook", "notebook-dev")])
 def test_priority_class_by_workload_class(kind, expected):
     out = evaluate_twice(only("priority-class"), make(kind, pvc_pod_spec())).mutated
     assert {s["priorityClassName"] for s in template_specs(out)} == {expected}
@@ -218,11 +218,12 @@ def _with_grants(granted: str) -> object:
 
 @pytest.mark.parametrize("kind", INFERENCE_KINDS)
 def test_a_preempting_class_comes_only_from_the_namespaces_grant(kind):
-    """Privilege never comes from shape: an inference kind preempts only where its namespace grants inference."""
+    """Privilege never comes from shape: an inference kind preempts only where its namespace grants inference;
+    elsewhere it is still a server, with the non-preempting serving class."""
     plain = evaluate_twice(_with_grants(""), make(kind, pvc_pod_spec())).mutated
-    assert {s["priorityClassName"] for s in template_specs(plain)} == {"training-standard"}
+    assert {s["priorityClassName"] for s in template_specs(plain)} == {"inference-standard"}
     granted = evaluate_twice(_with_grants("inference"), make(kind, pvc_pod_spec())).mutated
-    expected = "training-standard" if kind == "DaemonSet" else "inference-critical"  # never preempts every node
+    expected = "inference-standard" if kind == "DaemonSet" else "inference-critical"  # never preempts every node
     assert {s["priorityClassName"] for s in template_specs(granted)} == {expected}
 
 

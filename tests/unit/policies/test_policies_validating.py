@@ -36,8 +36,10 @@ def policies_hit(engine, obj, ctx=VALIDATE) -> dict[str, list]:
 # ---------------------------------------------------------------- checkpoint-volume
 @pytest.mark.parametrize("kind", TRAINING_KINDS)
 def test_checkpoint_required_for_gpu_training(kind):
+    """Kinds made to run to completion are training by evidence: denied.  A bare Pod's purpose is only read from
+    what it runs (a sample, a benchmark, a one-off run all look alike), so its finding warns."""
     hits = policies_hit(only("checkpoint-volume"), make(kind, bare_pod_spec()))
-    assert hits["checkpoint-volume"][0].verdict == "deny"
+    assert hits["checkpoint-volume"][0].verdict == ("warn" if kind == "Pod" else "deny")
     assert "no persistent volume for checkpoints" in hits["checkpoint-volume"][0].message
 
 

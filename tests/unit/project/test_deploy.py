@@ -63,7 +63,7 @@ def test_priorityclasses_file_stands_alone() -> None:
     docs = [d for d in yaml.safe_load_all((BASE / "priorityclasses.yaml").read_text()) if d]
     assert {d["kind"] for d in docs} == {"PriorityClass"}
     names = {d["metadata"]["name"] for d in docs}
-    assert names == {"inference-critical", "training-standard", "notebook-dev"}
+    assert names == {"inference-critical", "inference-standard", "training-standard", "notebook-dev"}
 
 
 # ---------------------------------------------------------------- base
@@ -79,7 +79,8 @@ def test_base_has_every_object() -> None:
         ("NetworkPolicy", "gpuguard"),
         ("Service", "gpuguard"), ("MutatingWebhookConfiguration", "gpuguard"),
         ("ValidatingWebhookConfiguration", "gpuguard"), ("PriorityClass", "inference-critical"),
-        ("PriorityClass", "training-standard"), ("PriorityClass", "notebook-dev"),
+        ("PriorityClass", "inference-standard"), ("PriorityClass", "training-standard"),
+        ("PriorityClass", "notebook-dev"),
     ])
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
                       "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
@@ -210,6 +211,9 @@ def test_priority_classes() -> None:
     classes = {o["metadata"]["name"]: o for o in of_kind(render(BASE), "PriorityClass")}
     assert classes["inference-critical"]["value"] == 100000
     assert classes["inference-critical"]["preemptionPolicy"] == "PreemptLowerPriority"
+    # A server where the namespace grants no preemption: ahead of training in the queue, evicting nobody.
+    assert classes["training-standard"]["value"] < classes["inference-standard"]["value"] < 100000
+    assert classes["inference-standard"]["preemptionPolicy"] == "Never"
     assert classes["training-standard"]["value"] == 10000
     assert classes["training-standard"]["preemptionPolicy"] == "Never"
     assert classes["notebook-dev"]["value"] == 1000

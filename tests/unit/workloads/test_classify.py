@@ -182,14 +182,15 @@ def _class(engine: Engine, obj: dict) -> str | None:
     return engine.evaluate(obj).workload_class
 
 
-def test_engine_uses_the_work_and_privilege_still_needs_a_grant() -> None:
+def test_the_engine_judges_by_the_kind_and_lets_the_work_choose_among_equals() -> None:
+    """A long-running kind is a server or a notebook whatever is granted (the look of the work chooses between
+    the two, which have the same checks); a run to completion stays training whatever it looks like."""
     granted, plain = engine_with(GRANTING), engine_with()
     jupyter = statefulset(_c("jupyter/base-notebook:2024", ports=[{"containerPort": 8888}]))
-    assert _class(granted, jupyter) == "notebook"
-    assert _class(plain, jupyter) == "training"  # notebook is privileged: not granted here
+    assert _class(granted, jupyter) == _class(plain, jupyter) == "notebook"
     verl = raycluster("verlai/verl:app-verl0.4")
-    assert _class(granted, verl) == "training"  # no inference class even where inference is granted
-    assert _class(plain, job(TPU_SMOKE)) == "smoke-test"  # unprivileged classes need no grant
+    assert _class(granted, verl) == "inference"  # a RayCluster is long-running: its RL look only warns
+    assert _class(plain, job(TPU_SMOKE)) == "training"  # a smoke test's look drops nothing: declare it
 
 
 def test_a_declaration_still_wins() -> None:
