@@ -19,6 +19,7 @@ repository root), so pointing at one case of a suite still runs it with its suit
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,7 @@ from gpuguard.webhook.engine.core import Engine
 from gpuguard.webhook.engine.patch import make_patch
 from gpuguard.webhook.manifests import TOO_LARGE, UNREADABLE, ManifestError, load, parse_values, read_text
 from gpuguard.webhook.objects import StaticLookup
+from gpuguard.workloads.claims import StaticClaims
 from gpuguard.workloads import inventory
 from gpuguard.workloads.inventory import Inventory
 
@@ -282,7 +284,7 @@ def _engine(path: str | None, only: tuple[str, ...] | None) -> Engine | str:
 
 # ---------------------------------------------------------------- running a case
 
-def _objects(case: Case) -> StaticLookup | None:
+def _objects(case: Case) -> list[Any] | None:
     """The case's ``objects.yaml``: what its input may name and the engine may look up (Lists flattened)."""
     path = case.path / OBJECTS
     if not path.exists():
@@ -291,7 +293,7 @@ def _objects(case: Case) -> StaticLookup | None:
     broken = next((d for d in docs if d.error), None)
     if broken is not None and broken.error is not None:
         raise _CaseFileError(f"{OBJECTS}: {broken.location}: {broken.error.message}", _unusable(broken.error.kind))
-    return StaticLookup(d.obj for d in docs)
+    return [d.obj for d in docs]
 
 
 def read_nodes(path: str) -> Inventory:
@@ -384,7 +386,11 @@ def _check(case: Case, result: CaseResult, nodes: Inventory | None = None) -> No
         raise _CaseFileError(engine)
 
     engine = _nodes(case, engine, nodes)
-    ctx = _context(_stored_under(request, obj), old, _objects(case))
+    objects = _objects(case)
+    if objects is not None:  # the DRA claims it holds, and the ones its ComputeDomains make, resolve pods' claims
+        engine = copy.copy(engine)
+        engine.claims = StaticClaims(objects, origin=OBJECTS)
+    ctx = _context(_stored_under(request, obj), old, StaticLookup(objects) if objects is not None else None)
     decision = unresolved_as_finding(engine.evaluate(obj, ctx))
     result.decision = decision
     mismatches = result.mismatches
