@@ -11,6 +11,7 @@ enough for the Deployment controller to loop many times if gpuguard made it figh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -181,6 +182,11 @@ def test_deployments_converge_under_every_re_apply_and_restart(env):
     legacy_ns = LEGACY["ns"]
     env.as_user("rollout", "restart", "deployment/legacy", "-n", legacy_ns)
 
+    # The ReplicaSets that must come are waited for (a busy controller-manager may take longer than any
+    # fixed pause); then the settle gives any extra ones, a controller loop, the time to appear.
+    with contextlib.suppress(TimeoutError):  # if they never come, the assertions below say which one is missing
+        env.wait(lambda: all(len(env.replicasets(ns, n)) >= c for n, c in expected.items())
+                 and len(env.replicasets(legacy_ns, "legacy")) >= 2, "the expected ReplicaSets", timeout=180)
     time.sleep(SETTLE_SECONDS)
 
     for name, count in expected.items():

@@ -189,7 +189,9 @@ def test_forced_ca_rotation_under_load_loses_no_review(control_plane, install):
     old_signer = before["data"]["signer.crt"]
     renewals = {before["data"]["tls.crt"]}
     with ReviewLoop(cp, install["team"], replicas) as loop:
-        time.sleep(3)
+        # Counted, not slept for: how many a fixed pause holds depends on the machine's pace.
+        cp.wait_for(lambda: loop.reviews >= 10 and loop.handshakes >= 5, timeout=60, interval=0.2,
+                    message="reviews and handshakes flowing before the rotation")
         cp.kubectl("annotate", "secret", "gpuguard-certs", "-n", NS, "gpuguard.io/rotate-ca=now")
 
         def rotated() -> bool:
@@ -201,6 +203,8 @@ def test_forced_ca_rotation_under_load_loses_no_review(control_plane, install):
 
         cp.wait_for(rotated, timeout=60, interval=0.3, message="the CA rotated and the old one retired")
         time.sleep(4)  # the replicas reload the retired bundle's certificates; reviews keep flowing
+        cp.wait_for(lambda: loop.reviews >= 20 and loop.handshakes >= 10, timeout=60, interval=0.2,
+                    message="the loop's reviews and handshakes")  # a slow machine's loop gets there later
     print(f"\n[e2e] CA rotation under load: {loop.reviews} reviews, {loop.handshakes} handshakes, "
           f"{len(loop.failures)} failed, {len(renewals)} serving certificates")
     assert loop.failures == [], loop.failures[:5]

@@ -19,7 +19,6 @@ from tests.support.server import Server, issue_certs, metric_value, run_cli, ser
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
-NOW = dt.datetime.now(dt.UTC)
 
 
 def _pem(cert: x509.Certificate) -> bytes:
@@ -49,8 +48,15 @@ def leaf(ca: tuple, names: list[str], not_before: dt.datetime, not_after: dt.dat
     return _pem(cert), _key_pem(key)
 
 
+@pytest.fixture
+def now() -> dt.datetime:
+    """The clock read when the test runs, never at import: a validity window relative to a time taken at
+    collection can have passed by the time a busy machine reaches the test (issue 37)."""
+    return dt.datetime.now(dt.UTC)
+
+
 @pytest.fixture(scope="module")
-def ca():
+def ca():  # create_ca's default lifetime is ten years: it outlives any test run
     return create_ca()
 
 
@@ -76,22 +82,22 @@ def test_a_good_certificate_passes(ca):
     ("wrong-name", "is not trusted for gpuguard.gpuguard.svc by the configured CA"),
     ("wrong-key", "the certificate does not match the key"),
 ])
-def test_a_bad_certificate_is_refused_with_the_reason(ca, other_ca, case, expected):
+def test_a_bad_certificate_is_refused_with_the_reason(ca, other_ca, case, expected, now):
     day = dt.timedelta(days=1)
     name = ["gpuguard.gpuguard.svc"]
     cert, key = {
-        "expired": lambda: leaf(ca, name, NOW - 3 * day, NOW - day),
-        "not-yet-valid": lambda: leaf(ca, name, NOW + day, NOW + 3 * day),
-        "wrong-ca": lambda: leaf(other_ca, name, NOW - day, NOW + day),
-        "wrong-name": lambda: leaf(ca, ["evil.example.com"], NOW - day, NOW + day),
-        "wrong-key": lambda: (leaf(ca, name, NOW - day, NOW + day)[0], leaf(ca, name, NOW - day, NOW + day)[1]),
+        "expired": lambda: leaf(ca, name, now - 3 * day, now - day),
+        "not-yet-valid": lambda: leaf(ca, name, now + day, now + 3 * day),
+        "wrong-ca": lambda: leaf(other_ca, name, now - day, now + day),
+        "wrong-name": lambda: leaf(ca, ["evil.example.com"], now - day, now + day),
+        "wrong-key": lambda: (leaf(ca, name, now - day, now + day)[0], leaf(ca, name, now - day, now + day)[1]),
     }[case]()
     with pytest.raises(ValueError, match=expected):
         tls.check_pair(_material(cert, key), tls.TrustPolicy(_pem(ca[0]), tuple(name)))
 
 
-def test_without_a_ca_the_names_are_still_checked(ca):
-    cert, key = leaf(ca, ["other.svc"], NOW - dt.timedelta(days=1), NOW + dt.timedelta(days=1))
+def test_without_a_ca_the_names_are_still_checked(ca, now):
+    cert, key = leaf(ca, ["other.svc"], now - dt.timedelta(days=1), now + dt.timedelta(days=1))
     with pytest.raises(ValueError, match="does not name gpuguard.gpuguard.svc"):
         tls.check_pair(_material(cert, key), tls.TrustPolicy(None, ("gpuguard.gpuguard.svc",)))
 
@@ -103,36 +109,36 @@ def _write(paths: tuple[Path, Path], pair: tuple[bytes, bytes]) -> None:
         os.replace(tmp, path)
 
 
-def test_tls_state_reports_a_refused_renewal_only_near_expiry(tmp_path: Path, ca):
+def test_tls_state_reports_a_refused_renewal_only_near_expiry(tmp_path: Path, ca, now):
     paths = (tmp_path / "tls.crt", tmp_path / "tls.key")
     # 60 h lifetime: "near expiry" is the last min(1 day, a third of it) = 20 h.
-    _write(paths, leaf(ca, ["127.0.0.1"], NOW - dt.timedelta(hours=20), NOW + dt.timedelta(hours=40)))
+    _write(paths, leaf(ca, ["127.0.0.1"], now - dt.timedelta(hours=20), now + dt.timedelta(hours=40)))
     state = tls.TlsState(str(paths[0]), str(paths[1]), tls.TrustPolicy(_pem(ca[0])))
     assert state.trust.names == ("127.0.0.1",)  # defaults to the names of the certificate in use
     assert state.problems() == []
     state.last_error = "certificate expired at 2020-01-01"
-    assert state.problems(NOW) == [], "40 h left is not near expiry"
-    (reason,) = state.problems(NOW + dt.timedelta(hours=25))
+    assert state.problems(now) == [], "40 h left is not near expiry"
+    (reason,) = state.problems(now + dt.timedelta(hours=25))
     assert "expires at" in reason and "was refused: certificate expired at 2020-01-01" in reason
-    assert state.problems(NOW + dt.timedelta(hours=41)) == [
+    assert state.problems(now + dt.timedelta(hours=41)) == [
         f"serving certificate expired at {state.not_after.isoformat()}"]
 
 
-def test_live_server_keeps_its_pair_when_the_replacement_is_bad(tmp_path: Path, ca, other_ca):
+def test_live_server_keeps_its_pair_when_the_replacement_is_bad(tmp_path: Path, ca, other_ca, now):
     certs = tmp_path / "certs"
     ca_path, cert_path, key_path = issue_certs(certs)
     ca_pair = (x509.load_pem_x509_certificate(ca_path.read_bytes()),
                serialization.load_pem_private_key((certs / "ca.key").read_bytes(), None))
-    short = leaf(ca_pair, ["127.0.0.1"], NOW - dt.timedelta(minutes=50), NOW + dt.timedelta(minutes=10))
+    short = leaf(ca_pair, ["127.0.0.1"], now - dt.timedelta(minutes=50), now + dt.timedelta(minutes=10))
     _write((cert_path, key_path), short)
     server = Server(tmp_path, ca_path, cert_path, key_path,
                     ["--reload-interval", "0.2", "--tls-ca", str(ca_path), "--tls-server-name", "127.0.0.1"])
     try:
         server.wait_ready()
         serving = served_serial(server.port, ca_path)
-        for bad in (leaf(ca_pair, ["127.0.0.1"], NOW - dt.timedelta(days=3), NOW - dt.timedelta(days=1)),
-                    leaf(other_ca, ["127.0.0.1"], NOW - dt.timedelta(days=1), NOW + dt.timedelta(days=9)),
-                    leaf(ca_pair, ["10.9.9.9"], NOW - dt.timedelta(days=1), NOW + dt.timedelta(days=9))):
+        for bad in (leaf(ca_pair, ["127.0.0.1"], now - dt.timedelta(days=3), now - dt.timedelta(days=1)),
+                    leaf(other_ca, ["127.0.0.1"], now - dt.timedelta(days=1), now + dt.timedelta(days=9)),
+                    leaf(ca_pair, ["10.9.9.9"], now - dt.timedelta(days=1), now + dt.timedelta(days=9))):
             errors = metric_value(server.client.get("/metrics").text, "gpuguard_cert_reloads_total",
                                   {"result": "error"})
             _write((cert_path, key_path), bad)
@@ -144,7 +150,7 @@ def test_live_server_keeps_its_pair_when_the_replacement_is_bad(tmp_path: Path, 
         assert ready.status_code == 503
         assert "was refused" in ready.json()["reasons"][0]
         assert server.logs().count("serving certificate not reloaded") == 3
-        good = leaf(ca_pair, ["127.0.0.1"], NOW - dt.timedelta(minutes=1), NOW + dt.timedelta(days=9))
+        good = leaf(ca_pair, ["127.0.0.1"], now - dt.timedelta(minutes=1), now + dt.timedelta(days=9))
         _write((cert_path, key_path), good)
         wait_for(lambda: served_serial(server.port, ca_path) != serving, what="the good certificate")
         assert server.client.get("/readyz").status_code == 200
@@ -152,12 +158,12 @@ def test_live_server_keeps_its_pair_when_the_replacement_is_bad(tmp_path: Path, 
         server.stop()
 
 
-def test_serve_refuses_an_expired_or_untrusted_certificate_at_start(tmp_path: Path, ca, other_ca):
+def test_serve_refuses_an_expired_or_untrusted_certificate_at_start(tmp_path: Path, ca, other_ca, now):
     ca_file = tmp_path / "ca.crt"
     ca_file.write_bytes(_pem(ca[0]))
-    for case, pair in {"expired": leaf(ca, ["127.0.0.1"], NOW - dt.timedelta(days=3), NOW - dt.timedelta(days=1)),
-                       "untrusted": leaf(other_ca, ["127.0.0.1"], NOW - dt.timedelta(days=1),
-                                         NOW + dt.timedelta(days=1))}.items():
+    for case, pair in {"expired": leaf(ca, ["127.0.0.1"], now - dt.timedelta(days=3), now - dt.timedelta(days=1)),
+                       "untrusted": leaf(other_ca, ["127.0.0.1"], now - dt.timedelta(days=1),
+                                         now + dt.timedelta(days=1))}.items():
         paths = (tmp_path / f"{case}.crt", tmp_path / f"{case}.key")
         _write(paths, pair)
         result = run_cli("serve", "--tls-cert", str(paths[0]), "--tls-key", str(paths[1]), "--tls-ca", str(ca_file))

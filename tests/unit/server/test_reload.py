@@ -10,7 +10,6 @@ import os
 import shutil
 import ssl
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -148,15 +147,21 @@ def test_cert_reload_serves_the_new_certificate_without_dropping_requests(tmp_pa
                         except httpx.HTTPError as exc:
                             failures.append(repr(exc))
 
+        def answered() -> int:
+            return sent[0] + len(failures)
+
         worker = threading.Thread(target=hammer)
         worker.start()
         try:
-            time.sleep(0.3)
+            # Counted, not slept for: a busy machine may answer few reviews in a fixed 0.3 s.
+            wait_for(lambda: answered() >= 5, what="reviews flowing before the swap")
             _, cert, _ = issue_certs(certs)  # same CA, new leaf, written atomically (key first)
             new_serial = serial_of(cert)
             assert new_serial != old_serial
             wait_for(lambda: served_serial(server.port, server.ca) == new_serial, what="new certificate")
-            time.sleep(0.3)
+            swapped = answered()
+            wait_for(lambda: failures or (answered() >= swapped + 5 and sent[0] > 10),
+                     what="reviews flowing after the swap")
         finally:
             stop.set()
             worker.join()

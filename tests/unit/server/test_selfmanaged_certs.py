@@ -21,9 +21,15 @@ from cryptography import x509
 from gpuguard.certs import selfmanaged as sm
 from gpuguard.webhook.server import certwatch
 
-T0 = dt.datetime.now(dt.UTC).replace(microsecond=0)  # bootstrap() reads the clock
 LIFE = sm.Lifetimes(ca=dt.timedelta(hours=6), serving=dt.timedelta(hours=1), overlap=dt.timedelta(minutes=5))
 HOSTS = sm.Hosts(("gpuguard.gpuguard.svc",), ("127.0.0.1",))
+
+
+@pytest.fixture
+def t0() -> dt.datetime:
+    """The simulated clock starts at the real one when the test runs (bootstrap() reads the real clock),
+    never at import: on a busy machine the test may run long after collection (issue 37)."""
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 
 class Conflict(Exception):
@@ -130,7 +136,7 @@ def test_a_fresh_install_creates_the_secret_then_writes_the_webhooks_then_is_rea
 
 
 @pytest.mark.parametrize("shipped", [True, False], ids=["secret shipped empty", "no secret"])
-def test_two_replicas_starting_together_agree_on_one_secret(tmp_path: Path, shipped: bool) -> None:
+def test_two_replicas_starting_together_agree_on_one_secret(tmp_path: Path, shipped: bool, t0: dt.datetime) -> None:
     cluster = FakeCluster()
     if shipped:  # as the manifests install it: the server only updates it
         cluster.secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
@@ -139,16 +145,16 @@ def test_two_replicas_starting_together_agree_on_one_secret(tmp_path: Path, ship
     # Both read the Secret before either writes: b's write loses with 409 (create or stale
     # resourceVersion) and b then reads a's.
     live_a, live_b = a._read(), b._read()
-    assert a._step(live_a, T0) and b._step(live_b, T0)
+    assert a._step(live_a, t0) and b._step(live_b, t0)
     assert cluster.writes == ["secret"]
     for replica in (a, b):
-        replica.reconcile(T0)
+        replica.reconcile(t0)
         _serve(replica)
     assert a.written == b.written and a.state.bundle() == b.state.bundle()
     assert a.problems() == b.problems() == []
 
 
-def test_rotation_across_replicas_never_serves_an_untrusted_certificate(tmp_path: Path) -> None:
+def test_rotation_across_replicas_never_serves_an_untrusted_certificate(tmp_path: Path, t0: dt.datetime) -> None:
     """Three replicas, passes in a shifting order, through two CA lifetimes: renewals, rotations and
     retirements all happen, and after every pass each replica's certificate is trusted."""
     cluster = FakeCluster()
@@ -156,7 +162,7 @@ def test_rotation_across_replicas_never_serves_an_untrusted_certificate(tmp_path
     for replica in replicas:
         replica.bootstrap()
         _serve(replica)
-    now, steps, ready = T0, [], 0
+    now, steps, ready = t0, [], 0
     for tick in range(int(2 * LIFE.ca / dt.timedelta(minutes=2))):
         order = replicas[tick % 3:] + replicas[:tick % 3]
         for replica in order:

@@ -31,8 +31,10 @@ def test_a_slow_config_reload_does_not_delay_the_certificate(tmp_path: Path):
     events: dict[str, float] = {}
 
     async def slow_config_reload() -> None:
+        # Never done before the test ends (it is cancelled): a certificate reload that waited for it would
+        # never come, so no timing is assumed about how fast a busy machine runs the watchers.
         events["config started"] = time.monotonic()
-        await asyncio.sleep(3)
+        await asyncio.sleep(3600)
         events["config done"] = time.monotonic()
 
     async def cert_reload() -> None:
@@ -49,7 +51,7 @@ def test_a_slow_config_reload_does_not_delay_the_certificate(tmp_path: Path):
         while "config started" not in events:
             await asyncio.sleep(0.01)
         _touch(cert)
-        deadline = time.monotonic() + 2
+        deadline = time.monotonic() + 60
         while "cert" not in events and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         for task in tasks:
@@ -58,5 +60,4 @@ def test_a_slow_config_reload_does_not_delay_the_certificate(tmp_path: Path):
 
     asyncio.run(scenario())
     assert "cert" in events, "the certificate reload waited for the config reload"
-    assert "config done" not in events
-    assert events["cert"] - events["config started"] < 1.5
+    assert "config done" not in events  # the certificate was reloaded while the config reload still ran
