@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pydantic import Field
 
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
+from gpuguard.workloads.lifecycle import carries_deadline
 from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES, WorkloadView
 
 
@@ -40,9 +41,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     note = view.reading.declaration_note if view.reading is not None else ""
     if declared is not None and note and view.is_gpu:
         # kubectl shows about 256 characters of a warning: what the label did (nothing) first.
-        yield Finding(path, f"{note}; judged as {view.workload_class}",
-                      "remove the label, or run the work as a kind whose deadline can be capped (a Job)",
-                      advisory=True)
+        fix = "declare batch-inference or smoke-test, or remove the label" if carries_deadline(view.kind) else \
+            "remove the label, or run the work as a kind with a deadline (a Job) and declare it there"
+        yield Finding(path, f"{note}; judged as {view.workload_class}", fix, advisory=True)
 
 
 POLICY = ValidatingPolicy(

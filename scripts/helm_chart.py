@@ -248,8 +248,28 @@ def scan(repo: Path) -> tuple[str, dict[str, Any]]:
             docs.append(doc)
     scalars = {"ns": NS, "scanReplicas": "{{ .Values.scan.replicas }}", "pullPolicy": "{{ .Values.image.pullPolicy }}",
                "image": '"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"'}
-    body = "---\n".join(fill(_dump(d), scalars, {"scanResources": _yaml(".Values.scan.resources")}) for d in docs)
-    return _when("(.Values.scan).enabled", body), values
+    parts = [fill(_dump(d), scalars, {"scanResources": _yaml(".Values.scan.resources")}) for d in docs]
+    parts = [part + CONFIGURED_KIND_RULES if _is_scan_cluster_role(doc) else part for part, doc in zip(parts, docs,
+                                                                                                      strict=True)]
+    return _when("(.Values.scan).enabled", "---\n".join(parts)), values
+
+
+# The kinds an admin adds in the config (``kinds:``) are listed and watched by the scan: one rule each, read
+# from the config text the chart is given (``--set-file config=…``).
+CONFIGURED_KIND_RULES = """{{- range ((.Values.config | default "" | fromYaml).kinds | default list) }}
+- apiGroups:
+  - {{ .group | quote }}
+  resources:
+  - {{ .plural | quote }}
+  verbs:
+  - list
+  - watch
+{{- end }}
+"""
+
+
+def _is_scan_cluster_role(doc: dict[str, Any]) -> bool:
+    return doc.get("kind") == "ClusterRole" and doc.get("metadata", {}).get("name") == "gpuguard-scan"
 
 
 # ---------------------------------------------------------------- webhooks

@@ -38,8 +38,8 @@ from gpuguard.webhook.engine.core import Engine
 from gpuguard.webhook.engine.patch import make_patch
 from gpuguard.webhook.manifests import TOO_LARGE, UNREADABLE, ManifestError, load, parse_values, read_text
 from gpuguard.webhook.objects import StaticLookup
-from gpuguard.workloads.claims import StaticClaims
 from gpuguard.workloads import inventory
+from gpuguard.workloads.claims import StaticClaims
 from gpuguard.workloads.inventory import Inventory
 
 INPUT = "input.yaml"
@@ -278,7 +278,7 @@ def _engine(path: str | None, only: tuple[str, ...] | None) -> Engine | str:
     keep = frozenset(only)
     restricted = Config(config.raw, _only(config.policies, keep),
                         [replace(p, policies=_only(p.policies, keep)) for p in config.profiles], config.source,
-                        config.accelerators, config.custom)
+                        config.accelerators, config.custom, config.kinds)
     return Engine(restricted)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from fnmatch import fnmatchcase
 from functools import cached_property, lru_cache
@@ -162,6 +162,9 @@ class ProfileSpec(_Model):
     name: str = Field(min_length=1)
     disabled: bool = Field(False, description="Drop a shipped profile of this name.")
     resources: list[str] = Field(default_factory=list, description="Extended resource names or globs.")
+    except_resources: list[str] = Field(
+        default_factory=list, description="Names or globs the `resources` globs match that are not devices (a "
+        "sharing layer's memory or core requests beside the device count, e.g. HAMi's `huawei.com/Ascend910B-memory`).")
     when_also_requested: list[str] = Field(
         default_factory=list, description="Only when the same container also requests one of these resources "
         "(a sharing layer that reuses the whole-device name, e.g. vGPU cores/memory).")
@@ -304,17 +307,26 @@ class AcceleratorError(ValueError):
 class Accelerators:
     """The compiled profile list: resource name -> profile, DeviceClass -> profile, in order."""
 
-    def __init__(self, specs: Iterable[ProfileSpec]):
-        live = [s for s in specs if not s.disabled]
+    def __init__(self, specs: Iterable[ProfileSpec], mapped_resources: Mapping[str, str] | None = None,
+                 mapped_classes: Mapping[str, str] | None = None):
+        """``mapped_resources`` / ``mapped_classes``: extended resource or DeviceClass -> the name of the profile
+        it is served by, whatever the globs say (what the cluster's DeviceClasses declare; see :meth:`learn`)."""
+        self.specs = tuple(specs)
+        live = [s for s in self.specs if not s.disabled]
         by_name = {s.name: s for s in live}
         self.profiles: tuple[Profile, ...] = tuple(Profile(s.name, s, self._per_device(s, by_name)) for s in live)
         self.by_name = {p.name: p for p in self.profiles}
+        self._mapped_resources = {r: self.by_name[n] for r, n in (mapped_resources or {}).items() if n in self.by_name}
+        self._mapped_classes = {c: self.by_name[n] for c, n in (mapped_classes or {}).items() if n in self.by_name}
         self._candidates = lru_cache(maxsize=2048)(self._candidates_uncached)
         self._wanted_cache: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
         self._for_class = lru_cache(maxsize=512)(self._for_class_uncached)
         # KubeAI's resource profiles (name -> requests, limits and pod fields), from the config's
         # ``kubeai.resourceProfiles`` merged over the KubeAI chart's; ``None``: the chart's alone.
         self.kubeai_profiles: dict[str, dict] | None = None
+        # The profiles the config alone makes (what :meth:`learn` starts from), and what was learned on top.
+        self.base: Accelerators = self
+        self.learned: tuple[str, ...] = ()
 
     def resource_patterns(self) -> tuple[str, ...]:
         """Every extended-resource name or glob some profile claims (the webhook's matchConditions)."""
@@ -339,7 +351,11 @@ class Accelerators:
         return NO_SIZE if current.sizing.mode == "none" else _size(current.sizing)
 
     def _candidates_uncached(self, resource: str) -> tuple[Profile, ...]:
-        return tuple(p for p in self.profiles if any(fnmatchcase(resource, pat) for pat in p.spec.resources))
+        mapped = self._mapped_resources.get(resource)
+        if mapped is not None:  # a DeviceClass serves this extended resource (DRA extended resources)
+            return (mapped,)
+        return tuple(p for p in self.profiles if any(fnmatchcase(resource, pat) for pat in p.spec.resources)
+                     and not any(fnmatchcase(resource, pat) for pat in p.spec.except_resources))
 
     def is_accelerator(self, resource: str) -> bool:
         """Whether ``resource`` is an accelerator under some profile (used for the fast first pass)."""
@@ -384,6 +400,9 @@ class Accelerators:
         return cached
 
     def _for_class_uncached(self, device_class: str) -> Profile | None:
+        mapped = self._mapped_classes.get(device_class)
+        if mapped is not None:
+            return mapped
         for profile in self.profiles:
             if any(fnmatchcase(device_class, pat) for pat in profile.spec.device_classes):
                 return profile
@@ -391,6 +410,159 @@ class Accelerators:
 
     def for_device_class(self, device_class: str) -> Profile | None:
         return self._for_class(device_class)
+
+
+    # ------------------------------------------------------------ learned from the cluster
+    def companions(self) -> frozenset[str]:
+        """Exact names the profiles read as companions of a device, never devices themselves: ``whenAlsoRequested``
+        (HAMi's ``nvidia.com/gpucores``), ``fractionFromResources`` names and exact ``exceptResources``."""
+        out: set[str] = set()
+        for profile in self.profiles:
+            spec = profile.spec
+            out.update(spec.when_also_requested)
+            out.update(source.name for source in spec.sizing.fraction_from_resources)
+            out.update(spec.except_resources)
+        return frozenset(n for n in out if not any(ch in n for ch in "*?["))
+
+    def learn(self, facts: Learned) -> Accelerators:
+        """These profiles plus what the cluster says is an accelerator (``facts``); always from :attr:`base`, so
+        learning again replaces what was learned before.  Returns :attr:`base` itself when nothing is learned.
+
+        - a DeviceClass that maps an extended resource name (``spec.extendedResourceName``, DRA extended
+          resources) makes that name count as an accelerator: with the class's profile, else the resource's own,
+          else a generic one; claims of the class count with the same profile;
+        - a DeviceClass no profile names (and not a non-accelerator by name) makes claims of it count, with a
+          generic profile;
+        - an extended resource the nodes advertise that no profile names and that may be an accelerator
+          (:func:`may_be_accelerator`, not a profile's companion) counts, with a generic profile: no node
+          selection (the scheduler places by the resource), the tolerations of the taints whose key is the
+          resource name (the ExtendedResourceToleration convention), no sizing (never a guess), no per-node cap
+          beyond what the nodes themselves say.
+        """
+        base = self.base
+        if facts.empty:
+            return base
+        specs = list(base.specs)
+        names = {s.name for s in specs}
+        mapped_resources: dict[str, str] = {}
+        mapped_classes: dict[str, str] = {}
+        notes: list[str] = []
+
+        def add(spec: ProfileSpec) -> str:
+            if spec.name not in names:
+                specs.append(spec)
+                names.add(spec.name)
+            return spec.name
+
+        denied = facts.not_accelerators
+        for device_class, resource in facts.device_classes:
+            own = base.for_device_class(device_class)
+            if own is None and not may_be_accelerator_class(device_class, denied):
+                continue  # a NIC's, an IMEX channel's class: whatever it serves is no accelerator
+            if resource:
+                target = own or base.profile_for(resource)
+                if target is None and not may_be_accelerator(resource, denied):
+                    continue
+                name = target.name if target is not None else add(_learned_spec(
+                    f"dra:{device_class}", [resource], [device_class], facts.tolerations.get(resource, ()),
+                    f"DeviceClass {device_class} (extendedResourceName {resource})"))
+                mapped_resources[resource] = name
+                if own is None:
+                    mapped_classes[device_class] = name
+                notes.append(f"{resource} is served by DeviceClass {device_class} (profile {name})")
+            elif own is None:
+                add(_learned_spec(f"dra:{device_class}", [], [device_class], (), f"DeviceClass {device_class}"))
+                notes.append(f"DeviceClass {device_class} counts as an accelerator (generic profile)")
+        companions = base.companions()
+        for resource in facts.resources:
+            if resource in mapped_resources or resource in companions or base.is_accelerator(resource) \
+                    or not may_be_accelerator(resource, denied):
+                continue
+            add(_learned_spec(f"learned:{resource}", [resource], [], facts.tolerations.get(resource, ()),
+                              "learned from the nodes' allocatable"))
+            notes.append(f"{resource} counts as an accelerator (advertised by the nodes; generic profile)")
+        if not notes:
+            return base
+        learned = Accelerators(specs, mapped_resources, mapped_classes)
+        learned.base, learned.learned = base, tuple(notes)
+        learned.kubeai_profiles = base.kubeai_profiles
+        return learned
+
+    def unknown_resources(self, names: Iterable[Any]) -> list[str]:
+        """Of ``names``, the extended resources that may be accelerators but that no profile (shipped, configured
+        or learned) counts: what an offline judgement without the cluster's nodes could not tell."""
+        companions = self.companions()
+        return sorted({n for n in names if isinstance(n, str) and n not in companions and may_be_accelerator(n)
+                       and not self.is_accelerator(n)})
+
+
+# ---------------------------------------------------------------- what may be an accelerator
+
+# Extended resources that are never accelerators, whoever advertises them (one rule for the node inventory, the
+# learned profiles and the null-quantity check).  Globs, matched case-insensitively against the whole name.
+NOT_ACCELERATORS: tuple[str, ...] = (
+    # networking: RDMA shared devices (k8s-rdma-shared-dev-plugin's rdma/hca_shared_devices_a, NVIDIA Network
+    # Operator's rdma_* pools), InfiniBand HCAs, SR-IOV VF pools (intel.com/intel_sriov_netdevice), the SR-IOV
+    # Network Operator's default prefix, EKS's pod ENIs / private IPs / EFA adapters
+    "*rdma*", "*/hca*", "*sriov*", "openshift.io/*", "vpc.amazonaws.com/*", "*/efa",
+    # host devices for system software: FUSE, KVM, TUN, vhost-net, serial and audio (generic device plugins)
+    "*/fuse", "smarter-devices/*", "squat.ai/*", "devices.kubevirt.io/*",
+    # Intel trusted execution and offload engines (SGX enclave memory; QAT crypto/compression, DLB load
+    # balancing, DSA data streaming, IAA analytics): not ML accelerators
+    "intel.com/sgx*", "sgx.intel.com/*", "qat.intel.com/*", "dlb.intel.com/*", "dsa.intel.com/*", "iaa.intel.com/*",
+    # a device's shares, not devices: the Intel GPU plugin's resource-management companions
+    "gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles",
+)
+# DeviceClasses that are never accelerators: the same networking words, NVIDIA's IMEX channels and daemons
+# (ComputeDomain), and Google's DRA network driver.
+NOT_ACCELERATOR_CLASSES: tuple[str, ...] = (
+    "*rdma*", "*sriov*", "*nic*", "*network*", "dranet*", "compute-domain-*.nvidia.com",
+)
+_RESERVED_DOMAINS = ("kubernetes.io", "k8s.io")
+
+
+@lru_cache(maxsize=4096)
+def _not_listed(name: str, patterns: tuple[str, ...]) -> bool:
+    lowered = name.lower()
+    return not any(fnmatchcase(lowered, pattern.lower()) for pattern in patterns)
+
+
+def may_be_accelerator(name: str, extra_denied: tuple[str, ...] = ()) -> bool:
+    """Whether an extended resource may be an accelerator: a vendor-domain name (``vendor.example/device``) outside
+    Kubernetes' own domains and not one of :data:`NOT_ACCELERATORS` (nor ``extra_denied``, the config's own)."""
+    domain, slash, rest = name.partition("/")
+    if not slash or not rest or "." not in domain:
+        return False
+    if any(domain == d or domain.endswith("." + d) for d in _RESERVED_DOMAINS):
+        return False
+    return _not_listed(name, NOT_ACCELERATORS + extra_denied)
+
+
+def may_be_accelerator_class(name: str, extra_denied: tuple[str, ...] = ()) -> bool:
+    """Whether a DeviceClass no profile names may still hold accelerators (not a NIC, an IMEX channel ...)."""
+    return bool(name) and _not_listed(name, NOT_ACCELERATOR_CLASSES + extra_denied)
+
+
+def _learned_spec(name: str, resources: list[str], device_classes: list[str], tolerations: Iterable[Mapping[str, Any]],
+                  where: str) -> ProfileSpec:
+    """A generic profile for an accelerator gpuguard knows only from the cluster: counted, never sized or placed."""
+    return ProfileSpec(name=name, resources=resources, device_classes=device_classes,
+                       tolerations=[Toleration.model_validate(dict(t)) for t in tolerations],
+                       sizing=Sizing(mode="none"), description=f"learned: {where}")
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What the cluster says is an accelerator, for :meth:`Accelerators.learn` (read from the inventory)."""
+
+    resources: tuple[str, ...] = ()  # extended resources the nodes (and pools) advertise
+    tolerations: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)  # per resource
+    device_classes: tuple[tuple[str, str | None], ...] = ()  # (DeviceClass, extendedResourceName or None)
+    not_accelerators: tuple[str, ...] = ()  # the config's own additions to NOT_ACCELERATORS
+
+    @property
+    def empty(self) -> bool:
+        return not self.resources and not self.device_classes
 
 
 def merge_specs(defaults: list[dict[str, Any]], overrides: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpuguard.workloads import quantity
+from gpuguard.workloads.accelerators import Learned, may_be_accelerator
 
 NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 # Label keys that name a node's accelerator product, tried in this order to name a group.
@@ -99,7 +100,8 @@ class NodeGroup:
 
     @property
     def accelerators(self) -> dict[str, Decimal]:
-        return {k: v for k, v in self.allocatable.items() if "/" in k and v > 0}
+        """The extended resources it offers that may be accelerators (not NICs, FUSE ...: ``may_be_accelerator``)."""
+        return {k: v for k, v in self.allocatable.items() if v > 0 and may_be_accelerator(k)}
 
     def describe(self) -> str:
         """``nvidia-h100-80gb, 4 nodes`` / ``pool gpu-l4, up to 10 nodes``."""
@@ -153,12 +155,23 @@ class NodeGroup:
 
 
 @dataclass(frozen=True)
+class DeviceClass:
+    """A DRA DeviceClass as the accelerator model reads it: its name and the extended resource it serves, if any
+    (``spec.extendedResourceName``, DRA extended resources: a container asking that name gets a device of it)."""
+
+    name: str
+    extended_resource: str | None = None
+
+
+@dataclass(frozen=True)
 class Inventory:
-    """The node groups and pools the engine decides with (empty: the shipped profiles are the fallback)."""
+    """The node groups and pools the engine decides with (empty: the shipped profiles are the fallback), and the
+    cluster's DRA DeviceClasses (what they say is an accelerator)."""
 
     groups: tuple[NodeGroup, ...] = ()
     nodes: int = 0
     notes: tuple[str, ...] = field(default=())
+    device_classes: tuple[DeviceClass, ...] = ()
     # selection_for answers per (resources, hints): reviews ask the same few questions again and again.
     _selections: dict[tuple, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -175,7 +188,33 @@ class Inventory:
         return [g for g in self.groups if not g.offers(resource)]
 
     def with_groups(self, extra: Iterable[NodeGroup]) -> Inventory:
-        return Inventory(self.groups + tuple(extra), self.nodes, self.notes)
+        """These groups and ``extra`` (a group already here is not added twice: joining the config's pools again
+        is harmless)."""
+        return Inventory(self.groups + tuple(g for g in extra if g not in self.groups), self.nodes, self.notes,
+                         self.device_classes)
+
+    def with_device_classes(self, classes: Iterable[DeviceClass]) -> Inventory:
+        """These groups with ``classes`` added to the DeviceClasses known (by name: the last one read wins)."""
+        by_name = {c.name: c for c in (*self.device_classes, *classes)}
+        return Inventory(self.groups, self.nodes, self.notes, tuple(by_name.values()))
+
+    def learned(self, not_accelerators: Iterable[str] = (), from_nodes: bool = True) -> Learned:
+        """What the nodes, pools and DeviceClasses say is an accelerator (``Accelerators.learn``): every extended
+        resource a node or pool offers that may be an accelerator, with the tolerations of the NoSchedule /
+        NoExecute taints whose key is that resource's name on the groups offering it; and the DeviceClasses."""
+        denied = tuple(not_accelerators)
+        resources: dict[str, dict[tuple, dict[str, str]]] = {}
+        for group in self.groups if from_nodes else ():
+            for name in group.allocatable:
+                if "/" not in name or not may_be_accelerator(name, denied) or not group.offers(name):
+                    continue
+                tolerations = resources.setdefault(name, {})
+                for taint in group.taints:
+                    if taint.key == name and taint.effect in ("NoSchedule", "NoExecute"):
+                        tolerations[(taint.key, taint.effect)] = {"key": name, "operator": "Exists",
+                                                                  "effect": taint.effect}
+        return Learned(tuple(sorted(resources)), {r: tuple(t.values()) for r, t in resources.items() if t},
+                       tuple((c.name, c.extended_resource) for c in self.device_classes), denied)
 
     def eligible(self, resources: Iterable[str]) -> list[NodeGroup]:
         """Groups and pools that offer every one of ``resources`` (extended resource names)."""
@@ -330,7 +369,8 @@ def summarise_nodes(nodes: Iterable[Mapping[str, Any]]) -> tuple[list[NodeGroup]
         key = (accel, product, itype, taints)
         acc = groups.get(key)
         if acc is None:
-            name = product or itype or (accel[0][0] if accel else "cpu")
+            devices = [k for k, _ in accel if may_be_accelerator(k)]
+            name = product or itype or (devices[0] if devices else "cpu")
             groups[key] = _Acc(name, dict(labels), taints, dict(alloc), dict(alloc))
         else:
             acc.add(labels, alloc)
@@ -379,18 +419,41 @@ def karpenter_pool(obj: Mapping[str, Any]) -> NodeGroup:
                      known, known, None, open_labels=True, shape_known=False)
 
 
+DRA_GROUP = "resource.k8s.io"
+
+
+def device_class(obj: Any) -> DeviceClass | None:
+    """A ``resource.k8s.io`` DeviceClass (any served version) as the accelerator model reads it, else ``None``."""
+    if not isinstance(obj, dict) or obj.get("kind") != "DeviceClass" \
+            or str(obj.get("apiVersion") or "").split("/")[0] != DRA_GROUP:
+        return None
+    name = _mapping(obj.get("metadata")).get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    mapped = _mapping(obj.get("spec")).get("extendedResourceName")
+    return DeviceClass(name, mapped if isinstance(mapped, str) and "/" in mapped else None)
+
+
+def device_classes(objects: Iterable[Any]) -> list[DeviceClass]:
+    """The DeviceClasses among ``objects`` (Lists unpacked)."""
+    return [found for obj in _flatten(objects) if (found := device_class(obj)) is not None]
+
+
 def from_objects(objects: Iterable[Any], pools: Iterable[NodeGroup] = ()) -> Inventory:
-    """An inventory from Node and Karpenter NodePool objects (Lists unpacked) plus declared pools."""
+    """An inventory from Node, Karpenter NodePool and DRA DeviceClass objects (Lists unpacked) plus declared pools."""
     nodes: list[Mapping[str, Any]] = []
     extra: list[NodeGroup] = list(pools)
+    classes: list[DeviceClass] = []
     for obj in _flatten(objects):
         kind, api = obj.get("kind"), str(obj.get("apiVersion") or "")
         if kind == "Node" and api == "v1":
             nodes.append(obj)
         elif kind == "NodePool" and api.split("/")[0] == KARPENTER_GROUP:
             extra.append(karpenter_pool(obj))
+        elif (found := device_class(obj)) is not None:
+            classes.append(found)
     groups, total = summarise_nodes(nodes)
-    return Inventory(tuple(groups) + tuple(extra), total)
+    return Inventory(tuple(groups) + tuple(extra), total).with_device_classes(classes)
 
 
 def _flatten(objects: Iterable[Any]) -> Iterable[Mapping[str, Any]]:

@@ -292,27 +292,35 @@ def test_kubectl_label_on_a_pre_install_deployment_rolls_nothing_out(env):
 
 # ---------------------------------------------------------------- privilege from the namespace, not shape
 
-def test_a_training_statefulset_gets_a_training_class_where_inference_is_not_granted(env):
+def test_a_training_statefulset_gains_nothing_where_inference_is_not_granted(env):
+    """A StatefulSet is a long-running service: judged as a server, which may not preempt here; that it runs
+    torchrun is a guess, which only warns about checkpoints."""
     ns = env.namespace("strict")
     spec = job(ns, "x")["spec"]["template"]["spec"]
     spec.pop("restartPolicy")
+    spec.pop("volumes")
+    spec["containers"][0].pop("volumeMounts")
+    spec["containers"][0]["command"] = ["torchrun", "--nnodes=2", "--nproc_per_node=8", "train.py"]
     spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
     sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "pretrain", "namespace": ns},
            "spec": {"replicas": 2, "serviceName": "pretrain", "selector": {"matchLabels": {"app": "pretrain"}},
                     "template": {"metadata": {"labels": {"app": "pretrain"}}, "spec": spec}}}
     result = env.as_user("apply", "-f", "-", input=dump(sts))
-    assert "judged as training" in result.stderr, result.stderr
+    assert "[checkpoint-volume] " in result.stderr and "looks like training" in result.stderr, result.stderr
     template = env.get("statefulset", "pretrain", "-n", ns)["spec"]["template"]["spec"]
-    assert template["priorityClassName"] == "training-standard"
+    assert template["priorityClassName"] == "inference-standard"
 
 
-def test_a_notebook_declaration_on_a_job_is_refused_outside_an_allowing_profile(env):
+def test_a_notebook_declaration_on_a_job_lowers_nothing(env):
+    """A Job runs to completion: declaring it a notebook would drop every check with no deadline to pay for
+    it, so the label lowers nothing (the Job keeps training's deadline) and kubectl says so."""
     ns = env.namespace("strict")
     obj = job(ns, "sneaky")
     obj["metadata"]["labels"] = {"gpuguard.io/workload-class": "notebook"}
     result = env.as_user("apply", "-f", "-", input=dump(obj), check=False)
-    assert result.returncode != 0 and "[workload-class]" in result.stderr, result.stderr
-    assert "declaring 'notebook'" in result.stderr
+    assert result.returncode == 0 and "[workload-class]" in result.stderr, result.stderr
+    assert "declaring 'notebook' lowers no check" in result.stderr
+    assert env.get("job", "sneaky", "-n", ns)["spec"]["activeDeadlineSeconds"] == 86400
 
 
 # ---------------------------------------------------------------- identity, not content

@@ -88,7 +88,7 @@ class GpuguardServer:
 
     def register(self, cp: ControlPlane, failure_policy: str = "Fail") -> None:
         manifest = gpuguard("webhook-config", "--url", self.url, "--ca", str(self.ca), "--failure-policy",
-                            failure_policy).stdout
+                            failure_policy, "--config", str(self.config)).stdout  # its kinds and profiles
         cp.kubectl("apply", "-f", "-", input=manifest)
 
 

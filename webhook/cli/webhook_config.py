@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from gpuguard.webhook.cli.common import add_common_flags
 from gpuguard.webhook.exitcodes import ExitCode
-from gpuguard.workloads.kinds import KINDS, KindSpec
+from gpuguard.workloads.kinds import KindSpec, all_kinds
 
 if TYPE_CHECKING:  # the conditions load the policies (pydantic): not for `webhook-config --help`
     from gpuguard.webhook.cli.match_conditions import Filters
@@ -61,7 +61,7 @@ def webhook_name(group: str, verb: str) -> str:
     return f"{group or 'core'}.{verb}.gpuguard.io"
 
 
-def kind_groups(kinds: Iterable[KindSpec] = KINDS) -> list[tuple[str, tuple[KindSpec, ...]]]:
+def kind_groups(kinds: Iterable[KindSpec] | None = None) -> list[tuple[str, tuple[KindSpec, ...]]]:
     """The kinds by API group, in kind-table order: one object webhook each (per verb).
 
     The apiserver evaluates a webhook's matchConditions only for requests its rules match, and
@@ -69,13 +69,15 @@ def kind_groups(kinds: Iterable[KindSpec] = KINDS) -> list[tuple[str, tuple[Kind
     Pod's condition alone, not the pod-spec paths of every CRD (``bench/mcbench``).
     """
     grouped: dict[str, list[KindSpec]] = {}
-    for spec in kinds:
+    for spec in all_kinds() if kinds is None else kinds:
         grouped.setdefault(spec.group, []).append(spec)
     return [(group, tuple(specs)) for group, specs in grouped.items()]
 
 
-def build_rules(operations: list[str], scale: bool = False, kinds: Iterable[KindSpec] = KINDS) -> list[dict[str, Any]]:
-    """One rule per (API group, versions) from ``KINDS``, resources being those kinds' plurals.
+def build_rules(operations: list[str], scale: bool = False,
+                kinds: Iterable[KindSpec] | None = None) -> list[dict[str, Any]]:
+    """One rule per (API group, versions) from the kind table (the built-in ``KINDS`` and the config's own
+    ``kinds:``), resources being those kinds' plurals.
 
     Kinds sharing a group but not versions (``MPIJob`` v2beta1/v1 next to ``PyTorchJob`` v1)
     get separate rules: a rule is a cross product of groups x versions x resources, so merging
@@ -84,7 +86,7 @@ def build_rules(operations: list[str], scale: bool = False, kinds: Iterable[Kind
     ``kubectl scale`` is held to the same per-workload caps as an edit of ``spec.replicas``.
     """
     grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
-    for spec in kinds:
+    for spec in all_kinds() if kinds is None else kinds:
         plurals = grouped.setdefault((spec.group, spec.versions), [])
         for resource in (spec.plural, *([f"{spec.plural}/scale"] if scale and spec.scale_replicas else [])):
             if resource not in plurals:
@@ -262,16 +264,24 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
-def _filters_or_error(config_path: str | None) -> Filters:
+def _filters_or_error(config_path: str | None, nodes_path: str | None = None) -> Filters:
     """The filters for the CLI; says on stderr why there are no accelerator conditions when a policy
-    needs every object."""
+    needs every object.  ``nodes_path``: the accelerators the cluster's nodes and DeviceClasses advertise
+    beyond the profiles are let through too (as the server with ``--node-inventory`` counts them)."""
     from gpuguard.webhook.cli.match_conditions import filters_from
-    from gpuguard.webhook.config import ConfigError, load_config
+    from gpuguard.webhook.config import ConfigError, load_config, with_learned_accelerators
+    from gpuguard.webhook.manifests import ManifestError
+    from gpuguard.webhook.suite import read_nodes
 
     try:
         config = load_config(config_path)
     except ConfigError as exc:
         raise WebhookConfigError(str(exc).splitlines()[0]) from None
+    if nodes_path:
+        try:
+            config = with_learned_accelerators(config, read_nodes(nodes_path))
+        except ManifestError as exc:
+            raise WebhookConfigError(f"--nodes: {exc}") from None
     filters = filters_from(config)
     if filters.scope.everything:
         print("gpuguard: note: no accelerator matchConditions, every intercepted object reaches the webhook: "
@@ -295,7 +305,7 @@ def cmd_webhook_config(args: argparse.Namespace) -> int:
         documents = build_webhook_configurations(
             url=args.url, service=args.service, ca_bundle=ca_bundle, name=args.name,
             failure_policy=args.failure_policy, timeout_seconds=args.timeout, namespace=namespace,
-            port=args.port if args.port is not None else 443, filters=_filters_or_error(args.config),
+            port=args.port if args.port is not None else 443, filters=_filters_or_error(args.config, args.nodes),
             scale_failure_policy=args.scale_failure_policy, exclude_namespaces=args.exclude_namespace,
         )
     except WebhookConfigError as exc:
@@ -343,5 +353,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--config", metavar="FILE",
                         help="GpuguardConfig the server runs with: its accelerator resources and policies decide "
                              "the matchConditions (default: the built-in config)")
+    parser.add_argument("--nodes", metavar="FILE",
+                        help="Node and DeviceClass objects (kubectl get nodes,deviceclasses -o yaml): the "
+                             "accelerators they advertise beyond the profiles reach the webhook too")
     add_common_flags(parser, ("yaml", "json"))
     parser.set_defaults(func=cmd_webhook_config)

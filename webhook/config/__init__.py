@@ -16,6 +16,7 @@ from gpuguard.webhook.config.compile import (
     build_config,
     compile_controllers,
     shipped_accelerators,
+    with_learned_accelerators,
 )
 from gpuguard.webhook.config.errors import ConfigError
 from gpuguard.webhook.config.load import load_config, parse_config_text
@@ -31,5 +32,5 @@ from gpuguard.webhook.config.schema import (
 __all__ = [
     "CONFIG_KIND", "DEFAULT_CONFIG_PATH", "DEFAULT_MAX_BODY_BYTES", "CompiledProfile", "Config", "ConfigError",
     "ConfigFile", "Cost", "PolicySet", "TrustedController", "build_config", "compile_controllers", "load_config",
-    "parse_config_text", "shipped_accelerators",
+    "parse_config_text", "shipped_accelerators", "with_learned_accelerators",
 ]

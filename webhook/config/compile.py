@@ -8,6 +8,7 @@ resource matcher, and the exemption sets.  The engine then only picks a compiled
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -29,10 +30,12 @@ from gpuguard.webhook.config.schema import (
 )
 from gpuguard.webhook.config.yaml_lines import line_for, validation_error
 from gpuguard.webhook.custom.compile import CompiledRule, CustomPolicyError, CustomRules, compile_rules
-from gpuguard.workloads import knative
+from gpuguard.workloads import kinds, knative
 from gpuguard.workloads.accelerators import AcceleratorError, Accelerators, ProfileSpec, merge_specs
 from gpuguard.workloads.controllers import DEFAULT_TRUSTED_CONTROLLERS, TrustedControllers, parse_group_kind
-from gpuguard.workloads.inventory import declared_pool
+from gpuguard.workloads.inventory import Inventory, declared_pool
+from gpuguard.workloads.kinds import KindSpec
+from gpuguard.workloads.kinds.configured import KindDeclaration, configured_kind
 from gpuguard.workloads.kinds.kubeai import merged_profiles
 from gpuguard.workloads.view import WORKLOAD_CLASSES
 
@@ -82,8 +85,9 @@ class Config:
     """A loaded, validated and compiled GpuguardConfig."""
 
     def __init__(self, raw: ConfigFile, policies: PolicySet, profiles: list[CompiledProfile], source: str,
-                 accelerators: Accelerators, custom: CustomRules | None = None):
+                 accelerators: Accelerators, custom: CustomRules | None = None, kinds: tuple[KindSpec, ...] = ()):
         self.raw = raw
+        self.kinds = kinds  # the config's own workload kinds (``kinds:``), laid after the built-in table
         self.custom = custom or CustomRules([])  # every compiled custom rule, for catalogs and docs
         self.source = source
         self.policies = policies
@@ -196,7 +200,44 @@ def build_config(data: Any, source: str = "<config>", lines: dict[tuple, int] | 
         merged = {**raw.policies, **merged}
         profiles.append(CompiledProfile(profile.name, profile.match,
                                         _compile_policies(merged, ("profiles", i, "policies"), lines, source, custom)))
-    return Config(raw, base, profiles, source, accelerators, custom)
+    own_kinds = _compile_kinds(raw, source, lines)
+    kinds.configure(own_kinds)  # the loaded config's kinds join the table every shell reads
+    return Config(raw, base, profiles, source, accelerators, custom, own_kinds)
+
+
+def _compile_kinds(raw: ConfigFile, source: str, lines: dict[tuple, int]) -> tuple[KindSpec, ...]:
+    """The config's own kinds (``kinds:``); one that a built-in kind already is, or a duplicate, is refused."""
+    out: list[KindSpec] = []
+    seen: set[tuple[str, str]] = set()
+    for i, entry in enumerate(raw.kinds):
+        where = f"{source}:{line_for(lines, ('kinds', i))}: kinds[{i}]"
+        if kinds.is_builtin(entry.group, entry.kind):
+            raise ConfigError(f"{where}: {entry.group}/{entry.kind} is built in; remove the entry")
+        if (entry.group, entry.kind) in seen:
+            raise ConfigError(f"{where}: {entry.group}/{entry.kind} is listed twice")
+        seen.add((entry.group, entry.kind))
+        out.append(configured_kind(KindDeclaration(
+            entry.group, entry.kind, entry.plural, tuple(entry.versions), entry.workload_class,
+            tuple((t.path, t.replicas) for t in entry.templates), entry.deadline, entry.ttl, entry.backoff,
+            entry.gang, entry.scale_replicas)))
+    return tuple(out)
+
+
+def with_learned_accelerators(config: Config, inventory: Inventory) -> Config:
+    """``config`` with the accelerators the cluster's nodes and DeviceClasses say exist (``Accelerators.learn``).
+
+    Always learned from the config's own profiles, so a config that already learned from other nodes is put
+    right; returns ``config`` itself when that changes nothing.  A copy otherwise (a config may serve several
+    engines, each with its own nodes).
+    """
+    settings = config.inventory
+    facts = inventory.learned(settings.not_accelerators, from_nodes=settings.learn_accelerators)
+    accelerators = config.accelerators.learn(facts)
+    if accelerators is config.accelerators:
+        return config
+    learned = copy.copy(config)
+    learned.accelerators = accelerators
+    return learned
 
 
 @lru_cache(maxsize=1)

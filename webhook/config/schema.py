@@ -41,6 +41,32 @@ class WorkloadClasses(ConfigModel):
                                        "priority a declaration can reach within what the namespace allows.")
 
 
+class KindTemplate(ConfigModel):
+    path: str = Field(min_length=1, description="Dotted path from the object's root to a pod template "
+                      "({metadata, spec}) or a bare PodSpec, e.g. spec.worker.template; list items by index.")
+    replicas: str | None = Field(None, description="Dotted path to how many pods it makes (unset: 1, and "
+                                 "messages say the count is not known).")
+
+
+class CustomKind(ConfigModel):
+    """A workload kind added by configuration: the webhook, the scan and every shell judge it like a built-in."""
+
+    group: str = Field(min_length=1, description="API group, e.g. ml.example.com.")
+    versions: list[str] = Field(min_length=1, description="Served versions the webhook intercepts.")
+    kind: str = Field(min_length=1, description="Kind, e.g. FineTune.")
+    plural: str = Field(min_length=1, description="Resource (plural), e.g. finetunes.")
+    workload_class: WorkloadClass = Field("training", description="What the kind is for: training (runs to "
+                                          "completion), inference (a long-running service) or notebook (interactive); "
+                                          "batch-inference and smoke-test also run to completion.")
+    templates: list[KindTemplate] = Field(default_factory=list, description="Where its pod templates are; empty: "
+                                          "found by structure (any containers list with images, wherever it sits).")
+    deadline: str | None = Field(None, description="Dotted path to its activeDeadlineSeconds, if it has one.")
+    ttl: str | None = Field(None, description="Dotted path to its ttlSecondsAfterFinished, if it has one.")
+    backoff: str | None = Field(None, description="Dotted path to its retry limit, if it has one.")
+    gang: bool = Field(False, description="Its pods run as one distributed job (all-or-nothing scheduling).")
+    scale_replicas: str | None = Field(None, description="Where its scale subresource's replicas land.")
+
+
 class Exemptions(ConfigModel):
     namespaces: list[str] = Field(default_factory=list, description="Namespace names or globs left untouched.")
     users: list[str] = Field(default_factory=list, description="Requesting usernames left untouched.")
@@ -156,6 +182,12 @@ class Inventory(ConfigModel):
 
     node_pools: list[NodePool] = Field(default_factory=list, description="Autoscaled pools, with or without "
                                        "nodes now.")
+    learn_accelerators: bool = Field(True, description="Count as an accelerator an extended resource the nodes "
+                                     "advertise that no profile names (a vendor-domain name, not a NIC, FUSE ... "
+                                     "device), with a generic profile (docs/accelerators.md).")
+    not_accelerators: list[str] = Field(default_factory=list, description="Extended resource names or globs "
+                                        "(and DeviceClass names) never learned as accelerators, beside the shipped "
+                                        "list of NICs, host devices and offload engines.")
 
 
 class ConfigFile(ConfigModel):
@@ -172,6 +204,8 @@ class ConfigFile(ConfigModel):
         default_factory=list, description="Accelerator profiles, merged by name into the shipped ones "
         "(docs/accelerators.md).")
     workload_classes: WorkloadClasses = Field(default_factory=WorkloadClasses)
+    kinds: list[CustomKind] = Field(default_factory=list, description="Workload kinds added by configuration "
+                                    "(docs/admin.md#adding-a-kind).")
     exemptions: Exemptions = Field(default_factory=Exemptions)
     trust_controller_pods: bool = Field(True, description="Do not validate again what a trusted controller "
                                         "creates from a template gpuguard checked (it is never mutated).")

@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from gpuguard.policies.base import Finding, MutatingPolicy, PolicySettings
-from gpuguard.webhook.config import Config, PolicySet
+from gpuguard.webhook.config import Config, PolicySet, with_learned_accelerators
 from gpuguard.webhook.custom import evaluate as custom_rules
 from gpuguard.webhook.decision import ACTION_TO_VERDICT, Change, Decision, RequestContext, Violation
 from gpuguard.webhook.engine import prechecks
@@ -42,9 +42,11 @@ from gpuguard.workloads import kinds, knative
 from gpuguard.workloads.claims import ClaimSource
 from gpuguard.workloads.controllers import ControllerOrigin
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
+from gpuguard.workloads.kinds.configured import structural_kind
 from gpuguard.workloads.kinds.spec import Resolved
 from gpuguard.workloads.lifecycle import ClassReading, read_class
 from gpuguard.workloads.paths import Replaced, dotted, get_path
+from gpuguard.workloads.structural import find_pod_specs
 from gpuguard.workloads.view import (
     WORKLOAD_CLASS_LABEL,
     WORKLOAD_CLASSES,
@@ -119,6 +121,8 @@ class Engine:
 
     def __init__(self, config: Config, claims: ClaimSource | None = None, nodes: Inventory | None = None):
         self.config = config
+        kinds.configure(config.kinds)  # the config's own kinds join the table the shells list and intercept
+        self._own_kinds = {k.api_group_kind: k for k in config.kinds}  # and this engine judges them, whatever else
         # DRA claims: the audit's own source, else the server's shared watch (``gpuguard.workloads.claims``)
         self.claims = claims
         self.inventory = EMPTY_INVENTORY
@@ -127,9 +131,12 @@ class Engine:
     def set_nodes(self, nodes: Inventory) -> None:
         """The cluster's node groups (the server's watch, ``--nodes``), joined once with the config's pools.
 
-        Called when nodes change, never per review: a review reads the summarised groups only.
+        Called when nodes change, never per review: a review reads the summarised groups only.  The accelerators
+        the nodes and DeviceClasses advertise beyond the profiles are learned here too (``config.accelerators``
+        of a copy of the config: ``gpuguard.webhook.config.with_learned_accelerators``).
         """
         self.inventory = nodes.with_groups(self.config.node_pools)
+        self.config = with_learned_accelerators(self.config, self.inventory)
 
     # ------------------------------------------------------------------ classification
     def classify(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None = None,
@@ -209,11 +216,10 @@ class Engine:
 
     def _decide(self, decision: Decision, obj: dict, ctx: RequestContext, plain_json: bool,
                 merge_runtime: bool = True) -> Decision:
-        kind = kinds.lookup(obj.get("apiVersion"), obj.get("kind"))
+        kind = kinds.lookup(obj.get("apiVersion"), obj.get("kind")) or \
+            self._own_kinds.get((kinds.group_of(obj.get("apiVersion")), str(obj.get("kind"))))
         if kind is None:
-            decision.skipped = f"kind {decision.kind or '<none>'} ({decision.api_version or '<none>'}) is not a " \
-                               "workload gpuguard checks"
-            return decision
+            return self._unknown_kind(decision, obj, ctx)
         exempt = self.config.exemption(decision.namespace, ctx.username, ctx.groups)
         if exempt:
             decision.skipped = exempt
@@ -254,6 +260,33 @@ class Engine:
         raw = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
         original = obj if plain_json else _copy(raw)
         return self._evaluate(decision, kind, raw, ctx, original, _copy(raw), mutating, origin)
+
+    def _unknown_kind(self, decision: Decision, obj: dict, ctx: RequestContext) -> Decision:
+        """A kind no family describes: found by structure (``gpuguard.workloads.structural``).  With no accelerators
+        in its pod specs it is not gpuguard's to judge; with some it can't be judged (its counts, lifecycle and gang
+        semantics are unknown), so it is reported, never passed in silence — an admin adds it by configuration."""
+        skipped = f"kind {decision.kind or '<none>'} ({decision.api_version or '<none>'}) is not a workload gpuguard " \
+                  "checks"
+        group = kinds.group_of(obj.get("apiVersion"))
+        if (group, decision.kind) in kinds.TEMPLATE_HOLDERS or \
+                self.config.exemption(decision.namespace, ctx.username, ctx.groups):
+            decision.skipped = skipped
+            return decision
+        probe = build_view(obj, structural_kind(group, decision.kind),
+                           self.config.accelerators, "training", namespace=decision.namespace, claims=self.claims)
+        probe.inventory = self.inventory
+        gpus = probe.total_gpus
+        if not gpus:
+            decision.skipped = skipped
+            return decision
+        decision.gpus, decision.gpus_by_resource = gpus, probe.gpus_by_resource()
+        where = ", ".join(dotted(t.spec_path) for t in probe.gpu_templates[:3])
+        gpu_paths = {t.spec_path for t in probe.gpu_templates}
+        uncounted = [dotted(f.spec_path) for f in find_pod_specs(obj) if not f.counted and f.spec_path in gpu_paths]
+        counted = f" (at least: no replica count was found beside {', '.join(uncounted[:2])})" if uncounted else ""
+        what = f"unknown kind {decision.kind} ({decision.api_version}) with {gpus} accelerators{counted} in {where}"
+        return self._fail(decision, f"{what}: gpuguard can't tell what it is for or how many pods it makes; add it to "
+                          "the config's kinds: (docs/admin.md#adding-a-kind)", ctx, unresolved=what)
 
     def _evaluate_through_runtime(self, decision: Decision, kind: kinds.KindSpec, obj: dict,
                                   ctx: RequestContext) -> Decision:

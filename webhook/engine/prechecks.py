@@ -8,6 +8,12 @@ and limits, pod overhead and pod-level resources, emptyDir size limits) in every
 of a kind gpuguard checks, and denies the object with one violation per bad value.  It is an
 engine step, not a policy: no action or setting can turn it off, since nothing after it could
 judge the object.  Every shell (webhook, evaluate, audit, test, fix) gets it from the engine.
+
+A missing value (``null``) is "unset" for ``cpu``, ``memory`` and the other native resources (a default may
+fill it), but not for an extended resource that may be an accelerator (``may_be_accelerator``: a vendor-domain
+name that is not a NIC, FUSE ... device): ``nvidia.com/gpu: null`` read as "no GPU" would admit a GPU pod as
+CPU, and the apiserver's own reading of it (zero) is not what its author meant, so it is refused like a bad
+quantity.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuguard.workloads import kinds, quantity
+from gpuguard.workloads.accelerators import may_be_accelerator
 from gpuguard.workloads.paths import Path
 
 POLICY_ID = "invalid-quantity"
 TITLE = "Resource quantities are numbers Kubernetes can use"
 FIX = "write a quantity Kubernetes accepts, such as 1, 500m, 16Gi or 100M"
+NULL_ACCELERATOR = "an accelerator count must be a number (leave the resource out for none)"
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 MAX_FINDINGS = 20  # enough to fix the object; a hostile one with thousands gets a bounded answer
 # What gpuguard judges of one object.  Every policy walks each pod template and container, so the
@@ -46,7 +54,7 @@ class InvalidQuantity:
     @property
     def problem(self) -> str:
         shown = f'"{self.value[:40]}{"…" if len(self.value) > 40 else ""}"' if isinstance(self.value, str) \
-            else repr(self.value)[:40]
+            else "null" if self.value is None else repr(self.value)[:40]
         return f"{shown} is not a usable quantity: {self.reason}"
 
 
@@ -66,6 +74,8 @@ def _resource_map(values: Any, path: Path) -> Iterator[InvalidQuantity]:
         return
     for name, value in values.items():
         if value is None:
+            if isinstance(name, str) and may_be_accelerator(name):
+                yield InvalidQuantity(path + (name,), value, NULL_ACCELERATOR)
             continue
         reason = quantity.problem(value)
         if reason:
@@ -98,8 +108,11 @@ def _pod_spec(spec: dict, path: Path) -> Iterator[InvalidQuantity]:
 
 def _clean_map(values: Any) -> bool:
     if isinstance(values, dict):
-        for value in values.values():
-            if value is not None and quantity.problem(value) is not None:
+        for name, value in values.items():
+            if value is None:
+                if isinstance(name, str) and may_be_accelerator(name):
+                    return False
+            elif quantity.problem(value) is not None:
                 return False
     return True
 

@@ -13,7 +13,7 @@ import orjson
 
 from gpuguard.kubeapi.client import ApiError, request
 from gpuguard.webhook.objects import READABLE
-from gpuguard.workloads.kinds import KINDS, KindSpec
+from gpuguard.workloads.kinds import KindSpec, all_kinds
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Discovery:
         """(workload collections, runtime collections) served now, each kind in the first version it has."""
         cache: dict[str, set[str]] = {}
         workloads: list[Collection] = []
-        for spec in KINDS:
+        for spec in all_kinds():
             versions = spec.versions if spec.group else ("v1",)
             for version in versions:
                 if spec.plural in self._served(spec.group, version, cache):

@@ -12,7 +12,11 @@ them, so the pools are part of the inventory too.  Another daemon thread lists
 ``karpenter.sh/v1`` NodePools every ``pool_refresh`` seconds (a few objects, so a list rather than
 a watch); where that API is not served (404) there are none, and it looks again later, so a
 Karpenter installed after gpuguard is found.
-RBAC: ``list`` and ``watch`` on nodes, ``list`` on nodepools (``deploy/base/rbac.yaml``).
+
+DRA DeviceClasses (``resource.k8s.io``, the newest served version) are listed by the same thread at the same
+interval: a few cluster-scoped objects, which say what else counts as an accelerator (a class no profile names;
+an extended resource a class serves, ``spec.extendedResourceName``; docs/accelerators.md).
+RBAC: ``list`` and ``watch`` on nodes, ``list`` on nodepools and deviceclasses (``deploy/base/rbac.yaml``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuguard.kubeapi.client import ApiError, core_v1, custom_objects, watcher
+from gpuguard.workloads.claims import GROUP as DRA_GROUP
+from gpuguard.workloads.claims import VERSIONS as DRA_VERSIONS
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory, from_objects
 
 log = logging.getLogger("gpuguard.nodes")
@@ -47,6 +53,14 @@ def _slim(node: dict) -> dict:
             "status": {"allocatable": dict(status.get("allocatable") or {})}}
 
 
+def _slim_class(device_class: dict, version: str) -> dict:
+    """What the accelerator model reads of a DeviceClass: its name and the extended resource it serves."""
+    spec = device_class.get("spec") or {}
+    slim_spec = {"extendedResourceName": spec["extendedResourceName"]} if spec.get("extendedResourceName") else {}
+    return {"apiVersion": f"{DRA_GROUP}/{version}", "kind": "DeviceClass",
+            "metadata": {"name": (device_class.get("metadata") or {}).get("name")}, "spec": slim_spec}
+
+
 class NodeWatch:
     """A cached list+watch of Nodes, summarised into an inventory when they change."""
 
@@ -55,6 +69,7 @@ class NodeWatch:
         self._api_client = api_client
         self._pool_refresh = pool_refresh
         self._pools: dict[str, dict] = {}
+        self._classes: dict[str, dict] = {}  # DRA DeviceClasses, slimmed
         self._on_change = on_change
         self._settle = settle_seconds
         self._nodes: dict[str, dict] = {}
@@ -85,7 +100,7 @@ class NodeWatch:
 
     def summarise(self) -> Inventory:
         """Summarise the cached nodes now and hand the inventory on."""
-        inventory = from_objects([*self._nodes.values(), *self._pools.values()])
+        inventory = from_objects([*self._nodes.values(), *self._pools.values(), *self._classes.values()])
         self.inventory = inventory
         try:
             self._on_change(inventory)
@@ -108,12 +123,33 @@ class NodeWatch:
             self._pools = pools
             self._dirty.set()
 
+    def read_device_classes(self) -> None:
+        """List the DRA DeviceClasses once (the newest served version); mark the inventory dirty when they changed.
+        Where ``resource.k8s.io`` is not served (404 in every version) there are none."""
+        api = custom_objects(self._api_client)
+        classes: dict[str, dict] = {}
+        for version in DRA_VERSIONS:
+            try:
+                listing = api.list_cluster_custom_object(DRA_GROUP, version, "deviceclasses", _request_timeout=10)
+            except ApiError as exc:
+                if exc.status == 404:
+                    continue  # not served in this version: try an older one
+                log.warning("reading DeviceClasses failed: HTTP %s; keeping the last ones", exc.status)
+                return
+            classes = {c["metadata"]["name"]: _slim_class(c, version) for c in listing.get("items") or []
+                       if isinstance(c, dict) and (c.get("metadata") or {}).get("name")}
+            break
+        if classes != self._classes:
+            self._classes = classes
+            self._dirty.set()
+
     def _poll_pools(self) -> None:
         while not self._stop.is_set():
-            try:
-                self.read_pools()
-            except Exception as exc:  # noqa: BLE001 - network errors: keep the last pools, try again
-                log.warning("reading Karpenter NodePools failed (%s); keeping the last ones", type(exc).__name__)
+            for read, what in ((self.read_pools, "Karpenter NodePools"), (self.read_device_classes, "DeviceClasses")):
+                try:
+                    read()
+                except Exception as exc:  # noqa: BLE001 - network errors: keep the last ones, try again
+                    log.warning("reading %s failed (%s); keeping the last ones", what, type(exc).__name__)
             self._stop.wait(self._pool_refresh)
 
     def _run(self) -> None:

@@ -58,9 +58,10 @@ from gpuguard.workloads.kinds.spec import (
 from gpuguard.workloads.paths import get_path
 
 __all__ = [
-    "KINDS", "POD_CONTAINER_LISTS", "Creates", "Gang", "JobFields", "KindSpec", "Operator", "PathPattern",
-    "TemplateRef", "TemplateSource", "VolumeClaims", "by_resource", "get_path", "group_of", "lookup",
-    "lookup_group_kind", "runtime_of",
+    "KINDS", "POD_CONTAINER_LISTS", "TEMPLATE_HOLDERS", "Creates", "Gang", "JobFields", "KindSpec", "Operator",
+    "PathPattern",
+    "TemplateRef", "TemplateSource", "VolumeClaims", "all_kinds", "by_resource", "configure", "get_path", "group_of",
+    "is_builtin", "lookup", "lookup_group_kind", "runtime_of",
 ]
 
 
@@ -75,17 +76,38 @@ def lookup(api_version: Any, kind: Any) -> KindSpec | None:
     """The KindSpec of an object, by its ``apiVersion`` and ``kind``; ``None`` for kinds gpuguard leaves alone."""
     if not isinstance(kind, str):
         return None
-    return _BY_GROUP_KIND.get((group_of(api_version), kind))
+    return lookup_group_kind(group_of(api_version), kind)
 
 
 def by_resource(group: str, plural: str) -> KindSpec | None:
     """The KindSpec for an API resource (``apps``, ``deployments``): subresource requests name it."""
-    return _BY_GROUP_PLURAL.get((group, plural))
+    return _BY_GROUP_PLURAL.get((group, plural)) or _configured_plural.get((group, plural))
 
 
 def lookup_group_kind(group: str, kind: str) -> KindSpec | None:
     """The KindSpec for an API group and kind (as ownerReferences name them)."""
-    return _BY_GROUP_KIND.get((group, kind))
+    return _BY_GROUP_KIND.get((group, kind)) or _configured.get((group, kind))
+
+
+def configure(extra: tuple[KindSpec, ...]) -> None:
+    """Make the config's own kinds (``kinds:``) known to every reader, after the built-in table.
+
+    The process's config decides (the server, the scan and the CLI each load one); building an engine
+    for another config replaces them.  A configured kind never shadows a built-in one (the config refuses it).
+    """
+    global _configured, _configured_plural, _extra
+    _extra = tuple(k for k in extra if k.api_group_kind not in _BY_GROUP_KIND)
+    _configured = {k.api_group_kind: k for k in _extra}
+    _configured_plural = {(k.group, k.plural): k for k in _extra}
+
+
+def all_kinds() -> tuple[KindSpec, ...]:
+    """The built-in kinds, then the configured ones: what the webhook rules, the scan and the lister cover."""
+    return KINDS + _extra
+
+
+def is_builtin(group: str, kind: str) -> bool:
+    return (group, kind) in _BY_GROUP_KIND
 
 
 # The order is the webhook rules' and the matchConditions' order (generated files follow it).
@@ -110,3 +132,14 @@ KINDS: tuple[KindSpec, ...] = (
 
 _BY_GROUP_KIND: dict[tuple[str, str], KindSpec] = {k.api_group_kind: k for k in KINDS}
 _BY_GROUP_PLURAL: dict[tuple[str, str], KindSpec] = {(k.group, k.plural): k for k in KINDS}
+_configured: dict[tuple[str, str], KindSpec] = {}
+_configured_plural: dict[tuple[str, str], KindSpec] = {}
+_extra: tuple[KindSpec, ...] = ()
+# Kinds that hold pod templates a workload names but run nothing themselves (the runtimes a TrainJob or an
+# InferenceService takes its pods from, a core PodTemplate): judged through the workload that names them,
+# never reported as unknown workloads.
+TEMPLATE_HOLDERS: frozenset[tuple[str, str]] = frozenset(
+    {(spec.runtime.group, kind) for spec in KINDS if spec.runtime is not None for kind, _, _ in spec.runtime.resources}
+    | {(spec.merged_runtime.group, kind) for spec in KINDS if spec.merged_runtime is not None
+       for kind, _, _ in spec.merged_runtime.resources}
+    | {("", "PodTemplate")})

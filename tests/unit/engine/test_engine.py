@@ -53,9 +53,13 @@ def test_unknown_kind_is_skipped_untouched():
 
 
 def test_same_kind_name_other_group_is_unknown():
+    """Not batch's Job: an unknown kind, found by structure and reported (it asks for a GPU), never judged as a
+    batch Job nor passed in silence."""
     obj = make("Job", bare_pod_spec())
     obj["apiVersion"] = "example.com/v1"
-    assert ENGINE.evaluate(obj).skipped
+    decision = ENGINE.evaluate(obj)
+    assert decision.skipped is None and not decision.allowed
+    assert "unknown kind Job (example.com/v1) with 1 accelerators" in (decision.error or "")
 
 
 def test_gpu_counts_per_workload_multiply_replicas():

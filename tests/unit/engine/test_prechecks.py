@@ -98,3 +98,49 @@ def test_finding_is_bounded_and_ignores_unknown_kinds():
     assert len(prechecks.find(many)) == prechecks.MAX_FINDINGS
     assert prechecks.find({"apiVersion": "v1", "kind": "ConfigMap", "data": {"cpu": "NaN"}}) == []
     assert prechecks.find("not an object") == []
+
+
+# ---------------------------------------------------------------- null and unreadable accelerator counts
+def _gpu_pod(limits: dict, requests: dict | None = None) -> dict:
+    resources: dict = {"limits": limits}
+    if requests is not None:
+        resources["requests"] = requests
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "a", "image": "x", "resources": resources}]}}
+
+
+@pytest.mark.parametrize("resource", ["nvidia.com/gpu", "huawei.com/Ascend910", "google.com/tpu", "acme.ai/npu"])
+def test_a_null_accelerator_count_is_refused_not_read_as_no_gpu(resource):
+    """``nvidia.com/gpu:`` with no value once admitted a GPU pod as CPU; an unknown vendor's too (it may be one)."""
+    decision = Engine(load_config(None)).evaluate(_gpu_pod({resource: None}))
+    assert decision.allowed is False and decision.invalid
+    (violation,) = decision.violations
+    assert violation.policy == "invalid-quantity"
+    assert violation.path == f"spec.containers[0].resources.limits[{resource}]"
+    assert violation.message.startswith("null is not a usable quantity: an accelerator count must be a number")
+
+
+def test_a_null_accelerator_request_beside_a_valid_limit_is_refused_too():
+    found = prechecks.find(_gpu_pod({"nvidia.com/gpu": 1}, {"nvidia.com/gpu": None}))
+    assert [prechecks._dotted(f.path) for f in found] == ["spec.containers[0].resources.requests[nvidia.com/gpu]"]
+
+
+@pytest.mark.parametrize("value", [[1], {"count": 1}, True, "two", "", "1e800000"])
+def test_an_accelerator_count_that_is_no_quantity_is_refused(value):
+    (found,) = prechecks.find(_gpu_pod({"huawei.com/Ascend910": value}))
+    assert found.path[-1] == "huawei.com/Ascend910" and "not a usable quantity" in found.problem
+
+
+@pytest.mark.parametrize("resource", ["cpu", "memory", "ephemeral-storage", "rdma/hca_shared_devices_a",
+                                      "smarter-devices/fuse"])
+def test_null_native_and_non_accelerator_resources_stay_unset(resource):
+    """``cpu: null`` is "unset" (a default may fill it); a null NIC or FUSE device is no accelerator count."""
+    assert prechecks.find(_gpu_pod({"nvidia.com/gpu": 1, resource: None})) == []
+
+
+def test_a_null_accelerator_count_is_refused_in_every_template_of_a_crd():
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j"}, "spec": {
+        "pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {"containers": [
+            {"name": "pytorch", "image": "x", "resources": {"limits": {"cambricon.com/mlu": None}}}]}}}}}}
+    decision = Engine(load_config(None)).evaluate(job)
+    assert not decision.allowed and [v.policy for v in decision.violations] == ["invalid-quantity"]

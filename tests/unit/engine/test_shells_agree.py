@@ -8,7 +8,8 @@ run through all of them with the same config and the same request, and their ans
 the policies that deny and warn, the mutated object — must be equal.
 
 Cases are the fixture inputs of ``tests/policies`` plus bad-quantity objects that only the
-engine's pre-check refuses (the webhook once refused them and the CLIs passed them).
+engine's pre-check refuses (the webhook once refused them and the CLIs passed them), a null GPU
+count among them.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ import yaml
 
 from gpuguard.webhook import suite
 from gpuguard.webhook.config import load_config
-from gpuguard.webhook.decision import RequestContext
+from gpuguard.webhook.decision import RequestContext, unresolved_as_finding
 from gpuguard.webhook.engine.core import MUTATED_BY_ANNOTATION, Engine
 from gpuguard.webhook.main import main
 from gpuguard.webhook.objects import READABLE, ApiLookup, StaticLookup
+from gpuguard.workloads import claims
+from gpuguard.workloads.claims import StaticClaims
 from tests.support.asgi_client import AsgiClient, make_app
 from tests.support.paths import REPO
 from tests.support.server import decoded_patch, review
@@ -69,7 +72,7 @@ def _cases() -> list[tuple[str, Path | None, list[dict], list[dict], Path | None
         docs = [d for d in yaml.safe_load_all(input_file.read_text()) if isinstance(d, dict)]
         nodes = folder / suite.NODES
         cases.append((str(folder.relative_to(FIXTURES)), config, docs[:1], objects, nodes if nodes.is_file() else None))
-    for value in ("1e800000", "NaN", "8Ei"):
+    for value in ("1e800000", "NaN", "8Ei", None, [1]):  # None: `nvidia.com/gpu:` with no value
         cases.append((f"invalid-quantity-{value}", None, [_bad_quantity_job(value)], [], None))
     return cases
 
@@ -107,10 +110,13 @@ def _config_args(config: Path | None, nodes: Path | None = None) -> list[str]:
 
 
 def by_engine(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path, nodes: Path | None) -> Answer:
-    engine = Engine(load_config(config), nodes=suite.read_nodes(str(nodes)) if nodes else None)
+    # The webhook's claim watch holds the claims (and what a ComputeDomain makes) the case's objects hold.
+    engine = Engine(load_config(config), StaticClaims(objects), nodes=suite.read_nodes(str(nodes)) if nodes else None)
     # The apiserver stores an object under its own metadata.namespace (the request's namespace).
     namespace = obj.get("metadata", {}).get("namespace", NAMESPACE)
-    decision = engine.evaluate(obj, RequestContext(namespace=namespace, read_object=StaticLookup(objects)))
+    # What can't be judged is refused with its reason: the file shells show it as a not-fully-checked finding.
+    decision = unresolved_as_finding(
+        engine.evaluate(obj, RequestContext(namespace=namespace, read_object=StaticLookup(objects))))
     return Answer(decision.allowed, tuple(sorted(v.policy for v in decision.denials)),
                   tuple(sorted(v.policy for v in decision.warnings)), decision.mutated)
 
@@ -204,13 +210,17 @@ class _ObjectsApi:
 def by_webhook(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path, nodes: Path | None) -> Answer:
     client = AsgiClient(make_app(config.read_text() if config else None))
     client.app.state.server.objects = ApiLookup(api=_ObjectsApi(objects))
+    claims.set_shared(StaticClaims(objects, origin="the claim watch"))  # what the server's claim watch holds
     if nodes:  # what the server's node watch hands the engine (webhook/server/nodewatch.py)
         client.app.state.server.apply_nodes(suite.read_nodes(str(nodes)))
     try:
         _, mutated_review = client.post_json("/mutate", review(obj))
         response = mutated_review["response"]
         if not response["allowed"]:
-            return Answer(False, tuple(sorted(POLICY_ID.findall(response["status"]["message"]))), (), obj)
+            message = response["status"]["message"]
+            # What can't be judged is refused with the reason; the file shells call it not-fully-checked.
+            ids = POLICY_ID.findall(message) or (["not-fully-checked"] if "could not check" in message else [])
+            return Answer(False, tuple(sorted(ids)), (), obj)
         warned = _warned(response)  # what mutating policies in warn mode would change
         mutated = jsonpatch.apply_patch(obj, decoded_patch(response)) if "patch" in response else obj
         _, validated = client.post_json("/validate", review(mutated))
@@ -218,6 +228,7 @@ def by_webhook(config: Path | None, obj: dict, objects: list[dict], tmp_path: Pa
         denied = POLICY_ID.findall(response.get("status", {}).get("message", "")) if not response["allowed"] else []
         return Answer(response["allowed"], tuple(sorted(denied)), tuple(sorted(warned + _warned(response))), mutated)
     finally:
+        claims.set_shared(None)
         client.close()
 
 

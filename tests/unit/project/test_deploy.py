@@ -189,6 +189,7 @@ def test_rbac_is_least_privilege() -> None:
         {"apiGroups": ["karpenter.sh"], "resources": ["nodepools"], "verbs": ["list"]},  # autoscaled GPU pools
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates", "resourceclaims"],
          "verbs": ["list", "watch"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["list"]},  # learned accelerators
         # the ServingRuntimes an InferenceService names or KServe selects by model format
         {"apiGroups": ["serving.kserve.io"], "resources": ["servingruntimes", "clusterservingruntimes"],
          "verbs": ["get", "list"]},
@@ -269,7 +270,7 @@ def test_dev_overlay() -> None:
             assert hook["timeoutSeconds"] <= 10
     assert one(objects, "Deployment")["spec"]["replicas"] == 1
     assert not of_kind(objects, "PodDisruptionBudget")
-    assert len(of_kind(objects, "PriorityClass")) == 3
+    assert len(of_kind(objects, "PriorityClass")) == 4
 
 
 def test_network_policy_opens_only_the_webhook_port_and_the_api() -> None:

@@ -30,8 +30,8 @@ from gpuguard.webhook.cli.audit.cost import is_finished
 from gpuguard.webhook.decision import RequestContext
 from gpuguard.webhook.manifests import Document
 from gpuguard.workloads.claims import StaticClaims
-from gpuguard.workloads.inventory import Inventory, from_objects
-from gpuguard.workloads.kinds import KINDS, KindSpec, lookup
+from gpuguard.workloads.inventory import DeviceClass, Inventory, device_classes, from_objects
+from gpuguard.workloads.kinds import KindSpec, all_kinds, lookup
 
 DEFAULT_CHUNK_SIZE = 500
 SERVER_SET_METADATA = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation",
@@ -106,6 +106,7 @@ class ClusterLister:
     notes: list[str] = field(default_factory=list)  # degraded but usable: shown, not fatal
     errors: list[str] = field(default_factory=list)  # a kind that could not be listed: exit 2
     skipped_owned: int = 0
+    device_classes: list[DeviceClass] = field(default_factory=list)  # read with the claims (cluster-scoped)
 
     def served_kinds(self) -> list[ServedKind]:
         """gpuguard's kinds that this cluster serves, via API discovery."""
@@ -119,7 +120,7 @@ class ClusterLister:
         resources: dict[tuple[str, str], set[str]] = {}
         served: list[ServedKind] = []
         missing: list[str] = []
-        for spec in KINDS:
+        for spec in all_kinds():
             version = self._version_for(spec, core, groups, resources)
             if version is None:
                 missing.append(f"{spec.kind} ({spec.group or 'core'})")
@@ -250,6 +251,12 @@ class ClusterLister:
                     found.add(raw)
             except ApiError as exc:
                 self.notes.append(f"cannot list {plural} ({_reason(exc)}): pods' DRA claims are not resolved")
+        try:  # what the cluster's DeviceClasses say is an accelerator (docs/accelerators.md)
+            listed = self._pages(lambda **kw: custom.list_cluster_custom_object(GROUP, version, "deviceclasses", **kw))
+            self.device_classes = device_classes({**raw, "apiVersion": f"{GROUP}/{version}", "kind": "DeviceClass"}
+                                                 for raw in listed)
+        except ApiError as exc:
+            self.notes.append(f"cannot list deviceclasses ({_reason(exc)}): accelerators are not learned from them")
         return found
 
     def _list_kind(self, kind: ServedKind) -> Iterator[dict[str, Any]]:

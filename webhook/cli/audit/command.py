@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuguard.webhook.cli.audit.formats import FORMATS, HUMAN_FORMATS, RenderOptions, open_writer
-from gpuguard.webhook.cli.audit.run import FAIL_ON, AuditItem, AuditReport
+from gpuguard.webhook.cli.audit.run import FAIL_ON, AuditItem, AuditReport, unknown_accelerators
 from gpuguard.webhook.cli.common import (
     NO_WIDTH,
     UsageError,
@@ -182,11 +182,15 @@ def run_audit(args: argparse.Namespace) -> int:
         writer = open_writer(report, args.format, out, options)
         diffs = _DiffPrinter() if args.diff and args.format not in HUMAN_FORMATS and not args.quiet else None
         seen = 0
+        unknown: dict[str, int] = {}  # extended resources that may be accelerators no profile counts
 
         def each(item: AuditItem) -> None:
             """Every item, as soon as it is decided: counted, written, its diff printed; then dropped."""
             nonlocal seen
             seen += 1
+            if item.decision is not None and not item.decision.skipped:
+                for name in unknown_accelerators(item.obj, engine.config.accelerators):
+                    unknown[name] = unknown.get(name, 0) + 1
             report.count(item)
             writer.add(item)
             if diffs is not None:
@@ -204,6 +208,8 @@ def run_audit(args: argparse.Namespace) -> int:
                     return ExitCode.USAGE
             if not seen and not report.extra_errors:
                 report.notes.append("no Kubernetes objects found in the given inputs")
+            if unknown:
+                report.notes.append(_unknown_note(unknown))
             if args.quiet:
                 for message in report.extra_errors:
                     error(str(message))
@@ -211,6 +217,13 @@ def run_audit(args: argparse.Namespace) -> int:
         finally:
             writer.close()
     return report.exit_code
+
+
+def _unknown_note(unknown: dict[str, int]) -> str:
+    """What the audit could not count: resources that may be accelerators no profile names (docs/accelerators.md)."""
+    listed = ", ".join(f"{name} ({n} object{'s' if n != 1 else ''})" for name, n in sorted(unknown.items()))
+    return (f"not counted as accelerators, since no profile names them: {listed}; give the cluster's nodes "
+            "(--nodes, or --cluster) to learn them, or add an accelerator profile")
 
 
 def _audit_files(args: argparse.Namespace, engine: Any, prices: cost.Prices, labels: dict[str, str],
@@ -226,12 +239,14 @@ def _audit_files(args: argparse.Namespace, engine: Any, prices: cost.Prices, lab
     from gpuguard.webhook.cli.audit.run import evaluate_all, file_context
     from gpuguard.webhook.objects import READABLE, ApiLookup, FirstFound, StaticLookup
     from gpuguard.workloads.claims import CLAIM_MAKERS, PLURALS, StaticClaims
+    from gpuguard.workloads.inventory import device_classes
 
     report.sources.extend(manifests.STDIN_NAME if p == manifests.STDIN else p for p in args.paths)
     task = progress.add_task("Auditing manifests", total=None, objects=0) if progress else None
     default_ns = args.namespace or "default"
     ignored = 0
-    named_kinds = tuple(kind for _group, kind in READABLE) + tuple(PLURALS) + tuple(k for _g, k in CLAIM_MAKERS)
+    named_kinds = tuple(kind for _group, kind in READABLE) + tuple(PLURALS) + tuple(k for _g, k in CLAIM_MAKERS) \
+        + ("DeviceClass",)
     stdin = manifests.StdinText()
 
     def documents(only_if: tuple[str, ...] = ()) -> Iterator[manifests.Document]:
@@ -248,6 +263,8 @@ def _audit_files(args: argparse.Namespace, engine: Any, prices: cost.Prices, lab
     if args.lookup_cluster:  # the files' objects first, the cluster's for what they lack
         runtimes = FirstFound(runtimes, ApiLookup(api=_cluster_api(args)))
     engine.claims = StaticClaims(named, origin="the audited files")
+    if classes := device_classes(named):  # DeviceClasses in the input say what else counts as an accelerator
+        engine.set_nodes(engine.inventory.with_device_classes(classes))
     del named
     pairs = ((doc, file_context(doc.obj, default_ns, labels, runtimes or None)) for doc in documents())
 
@@ -311,6 +328,8 @@ def _audit_cluster(args: argparse.Namespace, conn: Any, engine: Any, prices: cos
         engine.claims = lister.claims()  # DRA claim templates and claims, listed once
         if not args.nodes and (live := lister.nodes()) is not None:
             engine.set_nodes(live)  # the cluster's own nodes, as the webhook's node watch sees them
+        if lister.device_classes:  # and its DeviceClasses: what else counts as an accelerator
+            engine.set_nodes(engine.inventory.with_device_classes(lister.device_classes))
         deque(evaluate_all(pairs, engine.evaluate, prices, on_item=on_item), maxlen=0)  # run, keep nothing
     except ClusterError as exc:
         error(str(exc))

@@ -20,6 +20,7 @@ from gpuguard.webhook.exitcodes import ExitCode
 if TYPE_CHECKING:
     from gpuguard.webhook.catalog import PolicyInfo
     from gpuguard.webhook.manifests import Document
+    from gpuguard.workloads.accelerators import Accelerators
 
 # --fail-on level -> the verdicts that fail the audit (exit 1) at that level
 FAILING: dict[str, frozenset[str]] = {"deny": frozenset({"deny"}), "warn": frozenset({"deny", "warn"}),
@@ -177,6 +178,29 @@ def _evaluate_one(doc: Document, ctx: RequestContext | None, evaluate: Evaluate,
     if item.is_workload and not doc.finished and not cost.is_finished(doc.obj):
         item.cost = cost.workload_cost(decision, prices)
     return item
+
+
+def unknown_accelerators(obj: Any, accelerators: Accelerators) -> list[str]:
+    """Extended resources the object's pod templates ask for that may be accelerators (vendor-domain names) but
+    that no profile, shipped, configured or learned from ``--nodes``/DeviceClasses, counts: not counted, and
+    said in the report's notes rather than passed over in silence."""
+    from gpuguard.workloads import kinds
+
+    kind = kinds.lookup(obj.get("apiVersion"), obj.get("kind")) if isinstance(obj, dict) else None
+    if kind is None:
+        return []
+    names: set[str] = set()
+    for ref in kind.locate(obj):
+        spec = kinds.get_path(obj, ref.spec_path)
+        if not isinstance(spec, dict):
+            continue
+        for list_name in ("containers", "initContainers"):
+            for container in spec.get(list_name) or () if isinstance(spec.get(list_name), list) else ():
+                resources = container.get("resources") if isinstance(container, dict) else None
+                for section in ("requests", "limits"):
+                    values = resources.get(section) if isinstance(resources, dict) else None
+                    names.update(values if isinstance(values, dict) else ())
+    return accelerators.unknown_resources(names) if names else []
 
 
 def file_context(obj: dict | None, default_namespace: str | None,
