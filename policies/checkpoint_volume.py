@@ -24,12 +24,14 @@ completion).  A denial never offers as the way out a deadline shorter than
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pydantic import Field
 
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
+from gpuguard.workloads.classify import MAX_TEXT
 from gpuguard.workloads.lifecycle import carries_deadline
 from gpuguard.workloads.paths import dicts, dotted, get_path
 from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, Container, PodTemplate, WorkloadView
@@ -219,8 +221,9 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
         return
     judged = view.workload_class in settings.classes
     declared = view.reading is not None and view.reading.declared is not None and not view.reading.declaration_note
-    if not judged and (declared or view.guessed_class not in settings.classes):
-        return  # a declaration the kind honours (its deadline is capped) outranks the look of the work
+    if not judged and (declared or view.guessed_class not in settings.classes
+                       or (view.reading is not None and view.reading.guess.weak)):
+        return  # a declaration the kind honours outranks the look of the work; a framework image alone is no sign
     # A class that is only a guess (the look of a long-running kind's work, a bare Pod's run) warns.
     advisory = not judged or not view.class_is_evidence
     at_risk = _gpu_hours_at_risk(view)
@@ -230,6 +233,21 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     note = _guess_note(view, settings)
     for finding in _findings(view, settings, hint):
         yield Finding(finding.path, note + finding.message, finding.fix, finding.target, advisory)
+
+
+# A flag the user set that sends checkpoints or run output to an object store (``--output_dir gs://…``,
+# ``base_output_directory=s3://…``, ``--checkpoint-path=az://…``): evidence, like CHECKPOINT_URI.
+_OUTPUT_FLAG = re.compile(r"(?:checkpoint|ckpt|output|save)[\w.-]*(?:=|\s+)['\"]?([a-z][a-z0-9+]*://)", re.IGNORECASE)
+
+
+def _output_flag_to_object_store(container: Container, settings: Settings) -> bool:
+    parts: list[str] = []
+    for key in ("command", "args"):
+        value = container.body.get(key)
+        parts += [part for part in value if isinstance(part, str)] if isinstance(value, list) else []
+    text = " ".join(parts)[:MAX_TEXT]
+    schemes = tuple(settings.object_store_schemes)
+    return any(match.group(1).lower() in schemes for match in _OUTPUT_FLAG.finditer(text))
 
 
 def _findings(view: WorkloadView, settings: Settings, hint: str) -> Iterator[Finding]:
@@ -264,7 +282,7 @@ def _findings(view: WorkloadView, settings: Settings, hint: str) -> Iterator[Fin
             # be read here: it counts as set, like the team's shared CHECKPOINT_URI usually is.
             object_store = container.env_from() or any(
                 var in env and (env[var] is None or env[var].startswith(tuple(settings.object_store_schemes)))
-                for var in settings.object_store_env_vars)
+                for var in settings.object_store_env_vars) or _output_flag_to_object_store(container, settings)
             if not object_store and not any(m.persistent for m in mounts):
                 read_only = next((m for m in mounts if m.read_only), None)
                 if read_only is not None:
@@ -283,7 +301,8 @@ POLICY = ValidatingPolicy(
     settings_model=Settings,
     run=validate,
     description="GPU training containers must mount writable persistent storage (PVC, NFS, durable CSI ...) or set "
-    "`CHECKPOINT_URI` (a value, `valueFrom` or `envFrom`) to an object store; checkpoint paths on emptyDir, "
+    "`CHECKPOINT_URI` (a value, `valueFrom` or `envFrom`) to an object store, or pass a checkpoint or output flag an "
+    "object-store URI (`--output_dir gs://…`); checkpoint paths on emptyDir, "
     "ephemeral volumes, hostPath, read-only mounts or the container filesystem are rejected; claims an operator "
     "creates for the workload (StatefulSet, JobSet `volumeClaimPolicies`, Volcano, Argo) count. A run whose deadline "
     "bounds what it can lose (deadline x GPUs <= 4 GPU-hours) needs none; smoke tests, evaluations and "

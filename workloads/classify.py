@@ -83,6 +83,7 @@ TOOLS: dict[str, tuple[str, ...]] = {
             r"\boptimum-cli\s+export\b", r"\bhf_ptq\b", r"modelopt\.torch\.quantization", r"\btrtllm-build\b",
             r"\bvllm\s+run-batch\b", r"vllm\.entrypoints\.openai\.run_batch", r"\bray\.data\.llm\b"),
     NOTEBOOK: (r"\bjupyter(?:-|\s+)(?:lab|notebook|server)\b", r"\bjupyterhub-singleuser\b",
+               r"\bsleep\s+(?:infinity|inf)\b", r"\btail\s+-f\s+/dev/null\b",
                r"\bstart-(?:notebook|singleuser)\.(?:sh|py)\b", r"\bcode-server\b", r"\brstudio-server\b"),
     INFERENCE: (r"\bvllm\s+serve\b", r"vllm\.entrypoints\.(?:openai\.)?api_server", r"\btext-generation-launcher\b",
                 r"\btext-embeddings-router\b", r"\btritonserver\b", r"\bsglang\.launch_server\b",
@@ -196,6 +197,8 @@ class Inference:
     workload_class: str
     reason: str
     by_kind: bool = False
+    # Read from a general framework image alone (``pytorch/pytorch``): too weak to warn on, only a default.
+    weak: bool = False
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,9 @@ def infer(obj: dict, kind: KindSpec, fallback: str) -> Inference:
         return Inference(operator, f"its operator: a {kind.kind} runs only {_noun(operator)}")
     containers = list(_containers(obj, kind))
     found = _by_commands(containers) or _by_smoke(containers) or _by_image(containers, False) \
-        or _by_exposure(containers) or _by_image(containers, True)
+        or _by_exposure(containers)
+    if found is None and (base := _by_image(containers, True)) is not None:
+        found = Inference(base.workload_class, base.reason, weak=True)
     if found is not None:
         return found
     return Inference(fallback, f"its kind, {kind.kind} (nothing in its commands, images or ports says more)",

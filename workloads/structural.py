@@ -27,7 +27,8 @@ from gpuguard.workloads.paths import Path
 MAX_DEPTH = 24
 MAX_NODES = 20000
 # Counts an operator keeps next to a template, most pods first (an autoscaling maximum over the current size).
-REPLICA_KEYS = ("maxReplicas", "replicas", "parallelism", "numWorkers", "workers", "numNodes", "size", "count",
+REPLICA_KEYS = ("maxReplicas", "replicas", "numReplicas", "parallelism", "numWorkers", "workers", "numNodes", "nodes",
+                "instances", "size", "count",
                 "minReplicas")
 # Keys under which a template holds its PodSpec and metadata (``template: {metadata, spec}``).
 _SPEC_KEY, _META_KEY = "spec", "metadata"
@@ -112,3 +113,29 @@ def _found(path: Path, parents: tuple[Any, ...]) -> FoundSpec:
                 break
     role = next((str(p) for p in reversed(path) if isinstance(p, str) and p not in (_SPEC_KEY, "template")), "pod")
     return FoundSpec(path, meta_path, count if count is not None else 1, count is not None, role)
+
+
+def schema_holds_pod_spec(schema: Any, depth: int = 0) -> bool | None:
+    """Whether a CRD version's OpenAPI schema holds a PodSpec: a ``containers`` array whose items have an
+    ``image``, anywhere.  ``None``: the schema is open (``x-kubernetes-preserve-unknown-fields`` with no
+    properties), so nothing can be told from it."""
+    if not isinstance(schema, dict) or depth > MAX_DEPTH:
+        return False
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        items = schema.get("items") or schema.get("additionalProperties")
+        if isinstance(items, dict):
+            return schema_holds_pod_spec(items, depth + 1)
+        return None if schema.get("x-kubernetes-preserve-unknown-fields") and depth <= 1 else False
+    containers = props.get("containers")
+    if isinstance(containers, dict) and containers.get("type") == "array":
+        item = containers.get("items")
+        if isinstance(item, dict) and "image" in (item.get("properties") or {}):
+            return True
+    open_ = False
+    for child in props.values():
+        found = schema_holds_pod_spec(child, depth + 1)
+        if found:
+            return True
+        open_ = open_ or found is None
+    return None if open_ else False

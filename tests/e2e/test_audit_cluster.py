@@ -220,3 +220,38 @@ def test_lookup_cluster_reads_the_runtime_a_trainjob_file_names(cluster, tmp_pat
     assert "not-fully-checked" not in policies and "checkpoint-volume" in policies
     assert all(v["path"].startswith("runtime ClusterTrainingRuntime torch-e2e-lookup: ") for v in entry["violations"])
     assert entry["gpus"] == 8 and code == 1
+
+
+UNKNOWN_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "finetunes.llmops.example.dev"},
+    "spec": {"group": "llmops.example.dev", "scope": "Namespaced",
+             "names": {"kind": "FineTune", "plural": "finetunes", "singular": "finetune", "listKind": "FineTuneList"},
+             "versions": [{"name": "v1beta1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                     "trainer": {"type": "object", "properties": {
+                         "nodes": {"type": "integer"},
+                         "podSpec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": {
+                             "containers": {"type": "array", "items": {
+                                 "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                                 "properties": {"name": {"type": "string"}, "image": {"type": "string"}}}}}}}}}}}}}}]}}
+
+
+def test_a_kind_gpuguard_does_not_know_is_found_by_its_schema_and_reported(cluster) -> None:
+    """A CRD nobody told gpuguard about whose schema holds a PodSpec is listed, and an object of it asking for
+    GPUs is reported as not fully checked, with its count: never passed in silence."""
+    ns = "audit-e2e-c"
+    cluster.kubectl("create", "namespace", ns)
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(UNKNOWN_CRD))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/finetunes.llmops.example.dev")
+    tune = {"apiVersion": "llmops.example.dev/v1beta1", "kind": "FineTune",
+            "metadata": {"name": "sft", "namespace": ns},
+            "spec": {"trainer": {"nodes": 2, "podSpec": {"containers": [{
+                "name": "sft", "image": "registry.example/sft:3", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(tune))
+    code, data, _ = audit(cluster, "--namespace", ns)
+    (result,) = [r for r in data["results"] if r["kind"] == "FineTune"]
+    (finding,) = result["violations"]
+    assert finding["policy"] == "not-fully-checked"
+    assert "unknown kind FineTune (llmops.example.dev/v1beta1) with 16 accelerators" in finding["message"]
+    assert code == 1

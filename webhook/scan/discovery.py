@@ -13,7 +13,10 @@ import orjson
 
 from gpuguard.kubeapi.client import ApiError, request
 from gpuguard.webhook.objects import READABLE
-from gpuguard.workloads.kinds import KindSpec, all_kinds
+from gpuguard.workloads.kinds import TEMPLATE_HOLDERS, KindSpec, all_kinds, lookup_group_kind
+from gpuguard.workloads.kinds.configured import unknown_pod_kinds
+
+CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,19 @@ class Discovery:
         """Whether the cluster serves ``plural`` in ``group/version`` (e.g. the PolicyReport CRD)."""
         return plural in self._served(group, version, {})
 
+    def _unknown(self, known: set[tuple[str, str]]) -> list[Collection]:
+        """Custom resources gpuguard has no kind for whose schema holds a PodSpec: watched too, so that those asking
+        for accelerators are reported (not fully checked: unknown kind) rather than passed in silence."""
+        try:
+            body = orjson.loads(request(self.api, "GET", CRDS_PATH, timeout=30).data)
+        except ApiError as exc:
+            self.notes.append(f"cannot list CustomResourceDefinitions (HTTP {exc.status}): kinds gpuguard doesn't "
+                              "know are not looked for")
+            return []
+        specs, _ = unknown_pod_kinds(body.get("items") or [], lambda group, kind: (group, kind) in known
+                                     or (group, kind) in TEMPLATE_HOLDERS or lookup_group_kind(group, kind) is not None)
+        return [Collection(s.group, s.versions[0], s.kind, s.plural, s) for s in specs]
+
     def collections(self) -> tuple[list[Collection], list[Collection]]:
         """(workload collections, runtime collections) served now, each kind in the first version it has."""
         cache: dict[str, set[str]] = {}
@@ -71,6 +87,7 @@ class Discovery:
                 if spec.plural in self._served(spec.group, version, cache):
                     workloads.append(Collection(spec.group, version, spec.kind, spec.plural, spec))
                     break
+        workloads += self._unknown({(c.group, c.kind) for c in workloads})
         runtimes = [Collection(group, version, kind, plural)
                     for (group, kind), (version, plural) in READABLE.items()
                     if plural in self._served(group, version, cache)]

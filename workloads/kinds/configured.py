@@ -9,13 +9,14 @@ that it is reported ("not fully checked: unknown kind with N accelerators") inst
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from gpuguard.workloads.kinds.spec import Gang, JobFields, KindSpec, Locate, TemplateRef
 from gpuguard.workloads.kinds.templates import count
 from gpuguard.workloads.paths import Path, get_path
-from gpuguard.workloads.structural import find_pod_specs, is_pod_spec
+from gpuguard.workloads.structural import find_pod_specs, is_pod_spec, schema_holds_pod_spec
 
 
 def parse_path(dotted: str) -> Path:
@@ -76,6 +77,32 @@ def configured_kind(entry: KindDeclaration) -> KindSpec:
                     gang=Gang() if entry.gang else None, scale_replicas=_path(entry.scale_replicas))
 
 
-def structural_kind(group: str, kind: str) -> KindSpec:
+def structural_kind(group: str, kind: str, plural: str = "", versions: tuple[str, ...] = ()) -> KindSpec:
     """A kind nobody described, read by structure alone (to count what it asks for, never to mutate it)."""
-    return KindSpec(group, kind, "", (), "training", structural_locate)
+    return KindSpec(group, kind, plural, versions, "training", structural_locate)
+
+
+def unknown_pod_kinds(crds: Iterable[Any], known: Callable[[str, str], bool]) -> tuple[list[KindSpec], list[str]]:
+    """The custom resource kinds ``known`` doesn't describe whose served storage version's schema holds a PodSpec,
+    as structural ``KindSpec``s in that version; and the ones whose open schemas can't say ("Kind (group)").
+    The cluster shells (``audit --cluster``, the scan) list them, so that an object asking for accelerators is
+    reported as an unknown kind rather than passed in silence."""
+    found: list[KindSpec] = []
+    unreadable: list[str] = []
+    for crd in crds:
+        spec = crd.get("spec") if isinstance(crd, dict) else None
+        spec = spec if isinstance(spec, dict) else {}
+        names, group = spec.get("names") or {}, spec.get("group")
+        kind, plural = names.get("kind"), names.get("plural")
+        if not (isinstance(group, str) and isinstance(kind, str) and isinstance(plural, str)) or known(group, kind):
+            continue
+        version = next((v for v in spec.get("versions") or [] if isinstance(v, dict) and v.get("served")
+                        and v.get("storage") and isinstance(v.get("name"), str)), None)
+        if version is None:
+            continue
+        holds = schema_holds_pod_spec(((version.get("schema") or {}).get("openAPIV3Schema")) or {})
+        if holds is None:
+            unreadable.append(f"{kind} ({group})")
+        elif holds:
+            found.append(structural_kind(group, kind, plural, (version["name"],)))
+    return found, sorted(unreadable)

@@ -149,3 +149,16 @@ def test_a_config_may_not_redefine_a_built_in_kind(tmp_path: Path) -> None:
     from gpuguard.webhook.config import ConfigError, parse_config_text
     with pytest.raises(ConfigError, match="batch/Job is built in"):
         parse_config_text("kind: GpuguardConfig\nkinds:\n- {group: batch, versions: [v1], kind: Job, plural: jobs}\n")
+
+
+def test_a_crd_schema_says_whether_it_holds_a_pod_spec() -> None:
+    from gpuguard.workloads.structural import schema_holds_pod_spec
+    container = {"type": "object", "properties": {"name": {"type": "string"}, "image": {"type": "string"}}}
+    holds = {"type": "object", "properties": {"spec": {"type": "object", "properties": {"roles": {
+        "type": "array", "items": {"type": "object", "properties": {"template": {"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {"containers": {"type": "array", "items": container}}}}}}}}}}}}
+    assert schema_holds_pod_spec(holds) is True
+    no_pods = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "containers": {"type": "array", "items": {"type": "string"}}, "size": {"type": "integer"}}}}}
+    assert schema_holds_pod_spec(no_pods) is False
+    assert schema_holds_pod_spec({"type": "object", "x-kubernetes-preserve-unknown-fields": True}) is None

@@ -31,7 +31,8 @@ from gpuguard.webhook.decision import RequestContext
 from gpuguard.webhook.manifests import Document
 from gpuguard.workloads.claims import StaticClaims
 from gpuguard.workloads.inventory import DeviceClass, Inventory, device_classes, from_objects
-from gpuguard.workloads.kinds import KindSpec, all_kinds, lookup
+from gpuguard.workloads.kinds import TEMPLATE_HOLDERS, KindSpec, all_kinds, lookup, lookup_group_kind
+from gpuguard.workloads.kinds.configured import unknown_pod_kinds
 
 DEFAULT_CHUNK_SIZE = 500
 SERVER_SET_METADATA = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation",
@@ -129,7 +130,27 @@ class ClusterLister:
         if missing:
             self.notes.append("not served by this cluster (CRD not installed), not listed: "
                               + ", ".join(missing))
-        return served
+        return served + self._unknown_kinds({(s.spec.group, s.spec.kind) for s in served})
+
+    def _unknown_kinds(self, known: set[tuple[str, str]]) -> list[ServedKind]:
+        """Custom resources gpuguard has no kind for whose schema holds a PodSpec (``containers`` with images):
+        listed so that the engine reports those asking for accelerators as unknown kinds, never passing them in
+        silence.  Open schemas can't say: they are named in a note."""
+        try:
+            listed = self._pages(lambda **kw: custom_objects(self.api).list_cluster_custom_object(
+                "apiextensions.k8s.io", "v1", "customresourcedefinitions", **kw))
+            crds = list(listed)
+        except ApiError as exc:
+            self.notes.append(f"cannot list CustomResourceDefinitions ({_reason(exc)}): kinds gpuguard doesn't "
+                              "know were not looked for")
+            return []
+        specs, unreadable = unknown_pod_kinds(
+            crds, lambda group, kind: (group, kind) in known or (group, kind) in TEMPLATE_HOLDERS
+            or lookup_group_kind(group, kind) is not None)
+        if unreadable:
+            self.notes.append("kinds gpuguard doesn't know whose open schemas can't say if they hold pods, not "
+                              "listed: " + ", ".join(unreadable[:10]) + (" …" if len(unreadable) > 10 else ""))
+        return [ServedKind(spec, spec.versions[0]) for spec in specs]
 
     def _version_for(self, spec: KindSpec, core: set[str], groups: dict[str, Any],
                      cache: dict[tuple[str, str], set[str]]) -> str | None:
