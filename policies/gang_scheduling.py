@@ -16,8 +16,8 @@ Two such jobs can deadlock each other.  What really gangs, judged by semantics, 
   ``scheduling.volcano.sh/group-min-member`` covering the GPU pods.
 
 * ``schedulerName: kai-scheduler`` (NVIDIA KAI Scheduler) on every GPU pod template of a kind whose
-  pods KAI's pod grouper gangs by itself (PyTorchJob, MPIJob, TFJob, XGBoostJob, JAXJob, JobSet: a PodGroup
-  with ``minMember`` = all replicas), or of any kind with the workload annotation
+  pods KAI's pod grouper gangs by itself (the family says so: ``Gang.pod_grouped`` — PyTorchJob, MPIJob, TFJob,
+  XGBoostJob, JAXJob, JobSet: a PodGroup with ``minMember`` = all replicas), or of any kind with the workload annotation
   ``kai.scheduler/batch-min-member`` covering the GPU pods (KAI gives a plain Job ``minMember: 1``).
 
 ``schedulerName: volcano`` alone does not gang: Volcano gives such pods an automatic PodGroup of
@@ -54,10 +54,10 @@ class Settings(PolicySettings):
         default_factory=lambda: ["kai-scheduler"],
         description="schedulerName values whose own pod grouper gangs the pods of podGrouperKinds (KAI Scheduler), "
         "and of any kind given the annotation kai.scheduler/batch-min-member on the workload.")
-    pod_grouper_kinds: list[str] = Field(
-        default_factory=lambda: ["PyTorchJob", "MPIJob", "TFJob", "XGBoostJob", "JAXJob", "JobSet"],
-        description="Kinds (name or name.group) whose pods those schedulers gang by themselves (KAI: minMember = "
-        "all replicas); a plain Job gets minMember 1.")
+    pod_grouper_kinds: list[str] | None = Field(
+        None, description="Kinds (name or name.group) whose pods those schedulers gang by themselves (KAI: minMember "
+        "= all replicas); unset: the kinds whose family says so (Kubeflow jobs but PaddleJob, JobSet); a plain Job "
+        "gets minMember 1.")
     accept_kubeflow_scheduling_policy: bool = Field(
         True, description="Accept Kubeflow runPolicy.schedulingPolicy (the operator runs with a gang scheduler).")
     kinds: list[str] | None = Field(
@@ -112,7 +112,9 @@ def _why_not_ganged(view: WorkloadView, gang: Gang, settings: Settings, pods: in
 
 def _why_not_pod_grouped(view: WorkloadView, settings: Settings, pods: int, scheduler: object) -> str | None:
     """A scheduler that groups pods itself (KAI): its kinds are ganged, others only with a min-member annotation."""
-    if _named(view.kind, settings.pod_grouper_kinds):
+    grouped = view.kind.gang is not None and view.kind.gang.pod_grouped if settings.pod_grouper_kinds is None \
+        else _named(view.kind, settings.pod_grouper_kinds)
+    if grouped:
         return None
     annotations = get_path(view.obj, ("metadata", "annotations"))
     declared = annotations.get(KAI_MIN_MEMBER_ANNOTATION) if isinstance(annotations, dict) else None

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpuguard.workloads.kinds import KindSpec
-from gpuguard.workloads.paths import Path, dicts, get_path
+from gpuguard.workloads.paths import dicts, get_path
 from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES
 
 TRAINING, INFERENCE, BATCH, NOTEBOOK, SMOKE = "training", "inference", "batch-inference", "notebook", "smoke-test"
@@ -63,11 +63,6 @@ OPERATOR_CLASSES: dict[tuple[str, str], str] = {
     ("production-stack.vllm.ai", "*"): INFERENCE,
     ("kubeai.org", "*"): INFERENCE,
     ("kubeflow.org", "Notebook"): NOTEBOOK,
-}
-# Command lines an operator keeps outside the pod templates (read with the containers' own).
-OPERATOR_COMMANDS: dict[tuple[str, str], tuple[Path, ...]] = {
-    ("ray.io", "RayJob"): (("spec", "entrypoint"),),
-    ("ray.io", "RayCronJob"): (("spec", "jobTemplate", "entrypoint"),),
 }
 
 # Rung 2: tools, matched in the lower-cased command line.
@@ -243,7 +238,7 @@ def _noun(workload_class: str) -> str:
 
 def _containers(obj: dict, kind: KindSpec) -> Iterator[_Container]:
     """Every app container of every template (init containers only prepare), plus the operator's own command."""
-    for path in OPERATOR_COMMANDS.get((kind.group, kind.kind), ()):
+    for path in kind.command_paths:  # command lines the operator keeps outside the pod templates
         text = get_path(obj, path)
         if isinstance(text, str):
             yield _Container(str(path[-1]), text[:MAX_TEXT].lower(), "", {})

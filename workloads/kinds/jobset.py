@@ -27,7 +27,7 @@ def _jobset(obj: dict) -> Iterator[TemplateRef]:
 
 # JobSet's own webhook refuses changes to replicatedJobs.
 JOBSET = KindSpec("jobset.x-k8s.io", "JobSet", "jobsets", ("v1alpha2",), "training", _jobset,
-                  JobFields(ttl=("spec", "ttlSecondsAfterFinished")), gang=Gang(),
+                  JobFields(ttl=("spec", "ttlSecondsAfterFinished")), gang=Gang(pod_grouped=True),
                   volume_claims=VolumeClaims(("spec", "volumeClaimPolicies"), "claim-policies"),
                   immutable=(("spec", "replicatedJobs"),),
                   pod_spec_paths=(("spec", "replicatedJobs", "[]", "template", "spec", "template", "spec"),),

@@ -44,13 +44,15 @@ def _replica_map(field_name: str) -> Locate:
 
 
 def _training_job(kind: str, plural: str, replica_specs: str, versions: tuple[str, ...] = ("v1",),
-                  also: tuple[Creates, ...] = (), scale_role: str | None = None) -> KindSpec:
+                  also: tuple[Creates, ...] = (), scale_role: str | None = None, pod_grouped: bool = True) -> KindSpec:
     """A training-operator job whose roles are under ``spec.<replica_specs>``.
 
-    ``scale_role``: the role the CRD's ``scale`` subresource resizes (``kubectl scale``, an HPA).
+    ``scale_role``: the role the CRD's ``scale`` subresource resizes (``kubectl scale``, an HPA);
+    ``pod_grouped``: KAI's pod grouper gangs its replicas by itself (not PaddleJob's).
     """
     return KindSpec("kubeflow.org", kind, plural, versions, "training", _replica_map(replica_specs), _RUN_POLICY,
-                    gang=Gang(operator_policy=_SCHEDULING_POLICY, min_available=_SCHEDULING_POLICY + ("minAvailable",)),
+                    gang=Gang(operator_policy=_SCHEDULING_POLICY, min_available=_SCHEDULING_POLICY + ("minAvailable",),
+                              pod_grouped=pod_grouped),
                     priority_class_paths=(_SCHEDULING_POLICY + ("priorityClass",),),
                     pod_spec_paths=(("spec", replica_specs, "{}", "template", "spec"),),
                     controllers=(Creates(TRAINING_OPERATOR, ("Pod",)), *also),
@@ -64,7 +66,7 @@ TFJOB = _training_job("TFJob", "tfjobs", "tfReplicaSpecs")
 MPIJOB = _training_job("MPIJob", "mpijobs", "mpiReplicaSpecs", ("v2beta1", "v1"),
                        also=(Creates(MPI_OPERATOR, ("Pod", "batch/Job")),))
 XGBOOSTJOB = _training_job("XGBoostJob", "xgboostjobs", "xgbReplicaSpecs")
-PADDLEJOB = _training_job("PaddleJob", "paddlejobs", "paddleReplicaSpecs")
+PADDLEJOB = _training_job("PaddleJob", "paddlejobs", "paddleReplicaSpecs", pod_grouped=False)
 JAXJOB = _training_job("JAXJob", "jaxjobs", "jaxReplicaSpecs")
 NOTEBOOK = KindSpec("kubeflow.org", "Notebook", "notebooks", ("v1", "v1beta1"), "notebook", template_at(("spec",)),
                     pod_spec_paths=(("spec", "template", "spec"),),

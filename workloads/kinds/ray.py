@@ -68,7 +68,8 @@ def _rayjob_fields(prefix: Path) -> JobFields:
 
 RAYJOB = KindSpec("ray.io", "RayJob", "rayjobs", ("v1",), "training", _rayjob_at(("spec",)),
                   _rayjob_fields(("spec",)), pod_spec_paths=_rayjob_paths(("spec",)),
-                  controllers=(Creates(KUBERAY, ("ray.io/RayCluster", "batch/Job")),))
+                  controllers=(Creates(KUBERAY, ("ray.io/RayCluster", "batch/Job")),),
+                  command_paths=(("spec", "entrypoint"),))
 RAYCLUSTER = KindSpec("ray.io", "RayCluster", "rayclusters", ("v1",), "inference", _groups(("spec",)),
                       pod_spec_paths=_group_paths(("spec",)), controllers=(Creates(KUBERAY, ("Pod",)),))
 RAYSERVICE = KindSpec("ray.io", "RayService", "rayservices", ("v1",), "inference",
@@ -76,4 +77,5 @@ RAYSERVICE = KindSpec("ray.io", "RayService", "rayservices", ("v1",), "inference
                       pod_spec_paths=_group_paths(("spec", "rayClusterConfig")),
                       controllers=(Creates(KUBERAY, ("ray.io/RayCluster",)),))
 RAYCRONJOB = KindSpec("ray.io", "RayCronJob", "raycronjobs", ("v1",), "training", _rayjob_at(("spec", "jobTemplate")),
-                      _rayjob_fields(("spec", "jobTemplate")), pod_spec_paths=_rayjob_paths(("spec", "jobTemplate")))
+                      _rayjob_fields(("spec", "jobTemplate")), pod_spec_paths=_rayjob_paths(("spec", "jobTemplate")),
+                      command_paths=(("spec", "jobTemplate", "entrypoint"),))

@@ -110,6 +110,9 @@ class Gang:
     # Where the kind says how many pods must start together (Volcano Job ``spec.minAvailable``;
     # default, when unset or 0: all of them).  Kubeflow's is ``minAvailable`` in ``operator_policy``.
     min_available: Path | None = None
+    # A scheduler with a pod grouper (NVIDIA KAI) gangs this kind's pods by itself, all replicas in one PodGroup
+    # (Kubeflow jobs, JobSet); a kind without it (a plain Job) gets a PodGroup of one.
+    pod_grouped: bool = False
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,9 @@ class KindSpec:
     # One pod on every node it can land on (a DaemonSet): with a node inventory its accelerators are
     # per pod x those nodes, not per pod x replicas.
     per_node: bool = False
+    # Command lines the operator runs outside the pod templates (a RayJob's ``entrypoint``): read with the
+    # containers' own for what the work looks like.
+    command_paths: tuple[Path, ...] = ()
 
     @property
     def is_pod(self) -> bool:
