@@ -52,19 +52,6 @@ PRECEDENCE = (TRAINING, BATCH, NOTEBOOK, INFERENCE, SMOKE)
 # Characters of one container's command line read (an inline script longer than this is read in part).
 MAX_TEXT = 8192
 
-# Rung 1: kinds whose operator makes only servers or notebooks, by (group, kind); kind "*": the whole group.
-OPERATOR_CLASSES: dict[tuple[str, str], str] = {
-    ("serving.kserve.io", "*"): INFERENCE,
-    ("ray.io", "RayService"): INFERENCE,
-    ("nvidia.com", "DynamoGraphDeployment"): INFERENCE,
-    ("nvidia.com", "DynamoComponentDeployment"): INFERENCE,
-    ("apps.nvidia.com", "NIMService"): INFERENCE,
-    ("orchestration.aibrix.ai", "*"): INFERENCE,
-    ("production-stack.vllm.ai", "*"): INFERENCE,
-    ("kubeai.org", "*"): INFERENCE,
-    ("kubeflow.org", "Notebook"): NOTEBOOK,
-}
-
 # Rung 2: tools, matched in the lower-cased command line.
 TOOLS: dict[str, tuple[str, ...]] = {
     TRAINING: (r"verl\.trainer", r"openrlhf\.cli\.train", r"\btrl\s+(?:sft|dpo|grpo|kto|reward)\b",
@@ -221,8 +208,9 @@ def infer(obj: dict, kind: KindSpec, fallback: str) -> Inference:
 
 
 def operator_class(kind: KindSpec) -> str | None:
-    """The class of every workload of ``kind`` when its operator makes only servers or notebooks."""
-    return OPERATOR_CLASSES.get((kind.group, kind.kind)) or OPERATOR_CLASSES.get((kind.group, "*"))
+    """The class of every workload of ``kind`` when its operator makes only servers or notebooks (the family says
+    so: ``KindSpec.class_fixed``)."""
+    return kind.default_class if kind.class_fixed else None
 
 
 def relabel(current: str, options: tuple[tuple[str, str], ...]) -> str:

@@ -46,10 +46,10 @@ def _podset(obj: dict) -> Iterator[TemplateRef]:
 _GROUP = "orchestration.aibrix.ai"
 STORMSERVICE = KindSpec(_GROUP, "StormService", "stormservices", ("v1alpha1",), "inference", _stormservice,
                         pod_spec_paths=(("spec", "template", "spec", "roles", "[]", "template", "spec"),),
-                        controllers=(Creates(AIBRIX_CONTROLLER, (f"{_GROUP}/RoleSet",)),))
+                        controllers=(Creates(AIBRIX_CONTROLLER, (f"{_GROUP}/RoleSet",)),), class_fixed=True)
 ROLESET = KindSpec(_GROUP, "RoleSet", "rolesets", ("v1alpha1",), "inference", _roleset,
                    pod_spec_paths=(("spec", "roles", "[]", "template", "spec"),),
-                   controllers=(Creates(AIBRIX_CONTROLLER, ("Pod", f"{_GROUP}/PodSet")),))
+                   controllers=(Creates(AIBRIX_CONTROLLER, ("Pod", f"{_GROUP}/PodSet")),), class_fixed=True)
 PODSET = KindSpec(_GROUP, "PodSet", "podsets", ("v1alpha1",), "inference", _podset,
                   pod_spec_paths=(("spec", "template", "spec"),),
-                  controllers=(Creates(AIBRIX_CONTROLLER, ("Pod",)),))
+                  controllers=(Creates(AIBRIX_CONTROLLER, ("Pod",)),), class_fixed=True)

@@ -61,8 +61,10 @@ def _component_deployment(obj: dict) -> Iterator[TemplateRef]:
 
 DYNAMOGRAPHDEPLOYMENT = KindSpec("nvidia.com", "DynamoGraphDeployment", "dynamographdeployments", ("v1alpha1",),
                                  "inference", _graph,
-                                 controllers=(Creates(DYNAMO_OPERATOR, ("nvidia.com/DynamoComponentDeployment",)),))
+                                 controllers=(Creates(DYNAMO_OPERATOR, ("nvidia.com/DynamoComponentDeployment",)),),
+                                 class_fixed=True)
 DYNAMOCOMPONENTDEPLOYMENT = KindSpec("nvidia.com", "DynamoComponentDeployment", "dynamocomponentdeployments",
                                      ("v1alpha1",), "inference", _component_deployment,
                                      controllers=(Creates(DYNAMO_OPERATOR, ("apps/Deployment",
-                                                                            "leaderworkerset.x-k8s.io/LeaderWorkerSet")),))
+                                                                            "leaderworkerset.x-k8s.io/LeaderWorkerSet")),),
+                                     class_fixed=True)

@@ -317,8 +317,9 @@ SERVING_RUNTIMES = MergedRuntime(GROUP, resolve_serving_runtime, merge_serving_r
 
 INFERENCESERVICE = KindSpec("serving.kserve.io", "InferenceService", "inferenceservices", ("v1beta1",), "inference",
                             _kserve, controllers=(Creates(KSERVE_CONTROLLER, ("apps/Deployment",)),),
-                            merged_runtime=SERVING_RUNTIMES)
+                            merged_runtime=SERVING_RUNTIMES, class_fixed=True)
 LLMINFERENCESERVICE = KindSpec("serving.kserve.io", "LLMInferenceService", "llminferenceservices", ("v1alpha1",),
                                "inference", _llm_inference,
                                pod_spec_paths=(("spec", "template"), ("spec", "worker"),
-                                               ("spec", "prefill", "template"), ("spec", "prefill", "worker")))
+                                               ("spec", "prefill", "template"), ("spec", "prefill", "worker")),
+                               class_fixed=True)

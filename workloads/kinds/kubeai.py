@@ -77,7 +77,7 @@ def _model(obj: dict) -> Iterator[TemplateRef]:
 
 
 MODEL = KindSpec("kubeai.org", "Model", "models", ("v1",), "inference", _model,
-                 controllers=(Creates(KUBEAI_CONTROLLER, ("Pod",)),))
+                 controllers=(Creates(KUBEAI_CONTROLLER, ("Pod",)),), class_fixed=True)
 
 
 def merged_profiles(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -70,4 +70,4 @@ PADDLEJOB = _training_job("PaddleJob", "paddlejobs", "paddleReplicaSpecs", pod_g
 JAXJOB = _training_job("JAXJob", "jaxjobs", "jaxReplicaSpecs")
 NOTEBOOK = KindSpec("kubeflow.org", "Notebook", "notebooks", ("v1", "v1beta1"), "notebook", template_at(("spec",)),
                     pod_spec_paths=(("spec", "template", "spec"),),
-                    controllers=(Creates(NOTEBOOK_CONTROLLER, ("apps/StatefulSet",)),))
+                    controllers=(Creates(NOTEBOOK_CONTROLLER, ("apps/StatefulSet",)),), class_fixed=True)

@@ -48,4 +48,5 @@ def _nimservice(obj: dict) -> Iterator[TemplateRef]:
 
 NIMSERVICE = KindSpec("apps.nvidia.com", "NIMService", "nimservices", ("v1alpha1",), "inference", _nimservice,
                       controllers=(Creates(NIM_OPERATOR, ("apps/Deployment",
-                                                          "leaderworkerset.x-k8s.io/LeaderWorkerSet")),))
+                                                          "leaderworkerset.x-k8s.io/LeaderWorkerSet")),),
+                      class_fixed=True)

@@ -75,7 +75,7 @@ RAYCLUSTER = KindSpec("ray.io", "RayCluster", "rayclusters", ("v1",), "inference
 RAYSERVICE = KindSpec("ray.io", "RayService", "rayservices", ("v1",), "inference",
                       _groups(("spec", "rayClusterConfig")),
                       pod_spec_paths=_group_paths(("spec", "rayClusterConfig")),
-                      controllers=(Creates(KUBERAY, ("ray.io/RayCluster",)),))
+                      controllers=(Creates(KUBERAY, ("ray.io/RayCluster",)),), class_fixed=True)
 RAYCRONJOB = KindSpec("ray.io", "RayCronJob", "raycronjobs", ("v1",), "training", _rayjob_at(("spec", "jobTemplate")),
                       _rayjob_fields(("spec", "jobTemplate")), pod_spec_paths=_rayjob_paths(("spec", "jobTemplate")),
                       command_paths=(("spec", "jobTemplate", "entrypoint"),))

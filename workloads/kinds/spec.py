@@ -262,6 +262,9 @@ class KindSpec:
     # One pod on every node it can land on (a DaemonSet): with a node inventory its accelerators are
     # per pod x those nodes, not per pod x replicas.
     per_node: bool = False
+    # Its operator only ever makes workloads of ``default_class`` (the serving operators make servers, Kubeflow's
+    # notebook controller notebooks), whatever their containers run: the class is the kind's, not a look.
+    class_fixed: bool = False
     # Command lines the operator runs outside the pod templates (a RayJob's ``entrypoint``): read with the
     # containers' own for what the work looks like.
     command_paths: tuple[Path, ...] = ()

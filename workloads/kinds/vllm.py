@@ -37,4 +37,4 @@ def _vllmruntime(obj: dict) -> Iterator[TemplateRef]:
 
 VLLMRUNTIME = KindSpec("production-stack.vllm.ai", "VLLMRuntime", "vllmruntimes", ("v1alpha1",), "inference",
                        _vllmruntime, scale_replicas=("spec", "deploymentConfig", "replicas"),
-                       controllers=(Creates(VLLM_OPERATOR, ("apps/Deployment",)),))
+                       controllers=(Creates(VLLM_OPERATOR, ("apps/Deployment",)),), class_fixed=True)
