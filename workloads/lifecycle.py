@@ -105,7 +105,10 @@ def read_class(obj: dict, kind: KindSpec, kind_class: str, declared: str | None,
     note = ""
     if declared is not None:
         judged, evidence, note = _declare(declared, judged, evidence, purpose, base)
-    may_preempt = judged in PREEMPTING_CLASSES and (granted is None or judged in granted)
+    # Preempting is force against other teams' pods: only a class that rests on the kind or a declaration may,
+    # never one a look chose (a bare pod that runs `vllm serve` is a server, but does not preempt for it).
+    chosen_by_look = judged != base and judged != declared
+    may_preempt = judged in PREEMPTING_CLASSES and not chosen_by_look and (granted is None or judged in granted)
     return ClassReading(judged, guess, evidence, declared, note, may_preempt)
 
 

@@ -172,3 +172,16 @@ def test_an_update_of_a_running_multi_day_job_keeps_its_deadline() -> None:
     decision = ENGINE.evaluate(changed, RequestContext(operation="UPDATE", namespace="team-a", old_object=created))
     assert decision.allowed
     assert decision.mutated["spec"]["activeDeadlineSeconds"] == MULTI_DAY
+
+
+def test_a_look_never_buys_preemption_even_where_it_is_granted() -> None:
+    """A long-running bare Pod that runs `vllm serve` is judged a server by its look, in a namespace that grants
+    inference preemption: it still gets the non-preempting class; a Deployment (a server by its kind) preempts."""
+    granting = engine_with("  workload-class: {action: enforce, allowEscalationTo: [inference]}\n")
+    server_pod = pod(_container("vllm", "registry.example/serve:1", ["vllm", "serve", "Qwen/Qwen3-8B"], gpus=1))
+    decision = granting.evaluate(server_pod, RequestContext(namespace="team-a"))
+    assert decision.workload_class == "inference"
+    assert decision.mutated["spec"]["priorityClassName"] == "inference-standard"
+    deployment = workload("apps/v1", "Deployment", _container("vllm", "registry.example/serve:1", gpus=1))
+    by_kind = granting.evaluate(deployment, RequestContext(namespace="team-a"))
+    assert by_kind.mutated["spec"]["template"]["spec"]["priorityClassName"] == "inference-critical"
