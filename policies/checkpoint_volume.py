@@ -117,14 +117,14 @@ def _claim_policies(view: WorkloadView) -> dict[str, tuple[bool, str]]:
         return out
     kind = view.kind.kind
     if claims.style == "claim-policies":  # JobSet volumeClaimPolicies
-        for _, policy in dicts(get_path(view.obj, claims.path)):
+        for policy in view.controller_claim_entries():
             retention = get_path(policy, ("retentionPolicy", "whenDeleted")) or "Delete"
             for _, tmpl in dicts(policy.get("templates")):
                 name = get_path(tmpl, ("metadata", "name"))
                 # Either way the claim outlives the pods and the JobSet's restarts: persistent for checkpoints.
                 out[name] = (True, f"{kind} claim '{name}' (whenDeleted: {retention})")
     elif claims.style == "claim-templates":  # StatefulSet volumeClaimTemplates
-        for _, tmpl in dicts(get_path(view.obj, claims.path)):
+        for tmpl in view.controller_claim_entries():
             name = get_path(tmpl, ("metadata", "name"))
             out[name] = (True, f"{kind} claim '{name}'")
     return out
@@ -136,7 +136,7 @@ def _volcano_mounts(view: WorkloadView) -> list[Mount]:
     claims = view.kind.volume_claims
     if claims is None or claims.style != "volcano-volumes":
         return mounts
-    for _, vol in dicts(get_path(view.obj, claims.path)):
+    for vol in view.controller_claim_entries():
         path = str(vol.get("mountPath", ""))
         if isinstance(vol.get("volumeClaimName"), str):
             mounts.append(Mount(path, True, f"claim '{vol['volumeClaimName']}'"))
@@ -180,8 +180,7 @@ def _backing(path: str, mounts: list[Mount]) -> Mount | None:
 
 def _gpu_hours_at_risk(view: WorkloadView) -> float | None:
     """Deadline x GPUs: the most a run without checkpoints can lose; ``None`` when no deadline bounds it."""
-    fields = view.kind.job
-    deadline = get_path(view.obj, fields.deadline) if fields and fields.deadline else None
+    deadline = view.job_value("deadline")
     if not isinstance(deadline, int) or isinstance(deadline, bool) or deadline <= 0:
         return None
     return deadline / 3600 * view.total_gpus

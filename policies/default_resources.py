@@ -39,7 +39,6 @@ from gpuguard.policies.base import ConfigModel, CpuScope, MutatingPolicy, Policy
 from gpuguard.workloads import quantity
 from gpuguard.workloads.accelerators import Size as DeviceSize
 from gpuguard.workloads.inventory import NODE_RESOURCES, Inventory, NodeGroup
-from gpuguard.workloads.paths import child_dict
 from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
 
 SIZED_FROM_ANNOTATION = "gpuguard.io/sized-from"
@@ -230,8 +229,7 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
 
 def _record(view: WorkloadView, text: str) -> None:
     """Say which node group the devices' share came from (the mutation record)."""
-    meta = child_dict(view.obj, "metadata")
-    annotations = child_dict(meta, "annotations") if meta is not None else None
+    annotations = view.writable_annotations()
     if annotations is not None:
         annotations[SIZED_FROM_ANNOTATION] = text
 

@@ -33,7 +33,7 @@ from pydantic import Field
 
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads.kinds import Gang, KindSpec
-from gpuguard.workloads.paths import dotted, get_path
+from gpuguard.workloads.paths import dotted
 from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 MIN_MEMBER_ANNOTATION = "scheduling.volcano.sh/group-min-member"
@@ -82,16 +82,15 @@ def _why_not_ganged(view: WorkloadView, gang: Gang, settings: Settings, pods: in
     """``None`` when the GPU pods are ganged; else what is missing, for the message."""
     if any(label in view.labels for label in settings.queue_labels):
         return None
-    minimum = _count(get_path(view.obj, gang.min_available)) if gang.min_available else None
+    minimum = _count(view.gang_value("min_available"))
     if gang.own_scheduler is not None:  # the kind's controller gangs unless told to use another scheduler
-        scheduler = get_path(view.obj, gang.own_scheduler)
+        scheduler = view.gang_value("own_scheduler")
         if scheduler not in (None, *settings.schedulers):
             return f"{dotted(gang.own_scheduler)} is {scheduler!r}, which does not gang"
         if minimum is not None and minimum < pods:
             return f"{dotted(gang.min_available)} is {minimum}, fewer than its {pods} GPU pods"  # type: ignore[arg-type]
         return None
-    if settings.accept_kubeflow_scheduling_policy and gang.operator_policy is not None and isinstance(
-            get_path(view.obj, gang.operator_policy), dict):
+    if settings.accept_kubeflow_scheduling_policy and isinstance(view.gang_value("operator_policy"), dict):
         if minimum is not None and minimum < pods:
             return f"{dotted(gang.min_available)} is {minimum}, fewer than its {pods} GPU pods"  # type: ignore[arg-type]
         return None
@@ -101,8 +100,7 @@ def _why_not_ganged(view: WorkloadView, gang: Gang, settings: Settings, pods: in
     if all(t.spec.get("schedulerName") in settings.pod_grouper_schedulers for t in templates):
         return _why_not_pod_grouped(view, settings, pods, templates[0].spec.get("schedulerName"))
     if all(t.spec.get("schedulerName") in settings.schedulers for t in templates):
-        annotations = get_path(view.obj, ("metadata", "annotations"))
-        declared = annotations.get(MIN_MEMBER_ANNOTATION) if isinstance(annotations, dict) else None
+        declared = view.annotations.get(MIN_MEMBER_ANNOTATION)
         if isinstance(declared, str) and declared.isdigit() and int(declared) >= pods:
             return None
         return (f"schedulerName {templates[0].spec.get('schedulerName')} alone gives its pods a PodGroup of one "
@@ -116,8 +114,7 @@ def _why_not_pod_grouped(view: WorkloadView, settings: Settings, pods: int, sche
         else _named(view.kind, settings.pod_grouper_kinds)
     if grouped:
         return None
-    annotations = get_path(view.obj, ("metadata", "annotations"))
-    declared = annotations.get(KAI_MIN_MEMBER_ANNOTATION) if isinstance(annotations, dict) else None
+    declared = view.annotations.get(KAI_MIN_MEMBER_ANNOTATION)
     if isinstance(declared, str) and declared.isdigit() and int(declared) >= pods:
         return None
     return (f"schedulerName {scheduler} gives a {view.kind.kind} a PodGroup of minMember 1 unless the annotation "

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpuguard.policies.base import Action, Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
-from gpuguard.workloads.paths import dotted, get_path
+from gpuguard.workloads.paths import dotted
 from gpuguard.workloads.view import WorkloadView
 
 
@@ -25,7 +25,7 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     fields = view.kind.job
     if fields is None or fields.ttl_requires_true is None or not view.is_gpu:
         return
-    if get_path(view.obj, fields.ttl_requires_true) is not False:
+    if view.job_value("ttl_requires_true") is not False:
         return
     gpus = view.total_gpus
     yield Finding(fields.ttl_requires_true,

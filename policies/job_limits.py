@@ -15,7 +15,6 @@ from __future__ import annotations
 from pydantic import Field
 
 from gpuguard.policies.base import ConfigModel, MutatingPolicy, PolicySettings, accelerator_objects_only
-from gpuguard.workloads.paths import set_int_field
 from gpuguard.workloads.view import WorkloadView
 
 
@@ -46,13 +45,13 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
         return False
     changed = False
     if fields.backoff:
-        changed |= set_int_field(view.obj, fields.backoff, settings.backoff_limit, settings.max_backoff_limit,
-                                 fields.backoff_api_default, changes=view.changes)
+        changed |= view.set_job_int("backoff", settings.backoff_limit, settings.max_backoff_limit,
+                                    fields.backoff_api_default)
     if fields.deadline:
         own = settings.by_class.get(view.workload_class)
         default, cap = (own.active_deadline_seconds, own.max_active_deadline_seconds) if own else (
             settings.active_deadline_seconds, settings.max_active_deadline_seconds)
-        changed |= set_int_field(view.obj, fields.deadline, default, cap, changes=view.changes)
+        changed |= view.set_job_int("deadline", default, cap)
     return changed
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
-from gpuguard.workloads.paths import Replaced, get_path, set_int_field
 from gpuguard.workloads.view import WorkloadView
 
 
@@ -32,24 +31,17 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
         return False
     changed = False
     if fields.ttl_requires_true:
-        shutdown = get_path(view.obj, fields.ttl_requires_true)
+        shutdown = view.job_value("ttl_requires_true")
         if shutdown is None:
-            parent = get_path(view.obj, fields.ttl_requires_true[:-1])
-            if not isinstance(parent, dict):
+            if not view.set_job_value("ttl_requires_true", True):
                 return False
-            parent[fields.ttl_requires_true[-1]] = True
             changed = True
         elif shutdown is not True:
             return False
     cap = settings.max_ttl_seconds_after_finished
-    for path in fields.ttl_variants:  # e.g. Argo's secondsAfterFailure: capped, never added
-        value, parent = get_path(view.obj, path), get_path(view.obj, path[:-1])
-        if cap is not None and isinstance(value, int) and not isinstance(value, bool) and value > cap:
-            parent[path[-1]] = cap
-            view.changes.append(Replaced(path, value, cap, "capped"))
-            changed = True
-    return set_int_field(view.obj, fields.ttl, settings.ttl_seconds_after_finished, cap,
-                         changes=view.changes) or changed
+    if cap is not None:
+        changed |= view.cap_job_variants(cap)  # e.g. Argo's secondsAfterFailure: capped, never added
+    return view.set_job_int("ttl", settings.ttl_seconds_after_finished, cap) or changed
 
 
 def cpu_scope(settings: Settings) -> CpuScope:

@@ -17,8 +17,7 @@ from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, Finding, PolicySettings, ValidatingPolicy
 from gpuguard.workloads.classify import relabel
-from gpuguard.workloads.paths import get_path
-from gpuguard.workloads.view import NEVER_PREEMPTING_KINDS, WorkloadView
+from gpuguard.workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):
@@ -32,16 +31,13 @@ def _uses(view: WorkloadView) -> Iterator[tuple[tuple, str]]:
         name = template.spec.get("priorityClassName")
         if isinstance(name, str):
             yield template.spec_path + ("priorityClassName",), name
-    for path in view.kind.priority_class_paths:  # e.g. Kubeflow runPolicy, Volcano spec (workloads/kinds/)
-        name = get_path(view.obj, path)
-        if isinstance(name, str):
-            yield path, name
+    yield from view.kind_priority_classes()  # e.g. Kubeflow runPolicy, Volcano spec (workloads/kinds/)
 
 
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     for path, name in _uses(view):
         allowed = settings.reserved.get(name)
-        if allowed is not None and view.kind.kind in NEVER_PREEMPTING_KINDS:
+        if allowed is not None and view.kind.per_node:
             yield Finding(path, f"a {view.kind.kind} uses priority class {name}, reserved for {' and '.join(allowed)}: "
                           "it would preempt pods on every node it runs on",
                           "remove priorityClassName (gpuguard sets a non-preempting class)")

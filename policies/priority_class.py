@@ -20,7 +20,7 @@ from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
 from gpuguard.workloads.paths import Replaced
-from gpuguard.workloads.view import NEVER_PREEMPTING_KINDS, WorkloadView
+from gpuguard.workloads.view import WorkloadView
 
 
 class Settings(PolicySettings):
@@ -41,7 +41,7 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
         return False
     # A DaemonSet runs a pod on every matching node: a preempting class would evict whatever runs
     # there, so it gets the non-preempting class whatever its workload class.
-    preempts = view.may_preempt and view.kind.kind not in NEVER_PREEMPTING_KINDS
+    preempts = view.may_preempt and not view.kind.per_node
     name = None if preempts else settings.without_preemption.get(view.workload_class)
     name = name or settings.classes.get(view.workload_class)
     if not name:

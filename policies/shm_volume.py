@@ -21,7 +21,7 @@ from pydantic import Field
 
 from gpuguard.policies.base import MutatingPolicy, PolicySettings, accelerator_objects_only
 from gpuguard.workloads import quantity
-from gpuguard.workloads.paths import child_list, dicts
+from gpuguard.workloads.paths import child_list
 from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 
@@ -62,12 +62,8 @@ def _operator_managed(view: WorkloadView, settings: Settings) -> bool:
     managed = set(settings.operator_managed_kinds)
     if f"{view.kind.group}/{view.kind.kind}" in managed:
         return True
-    meta = view.obj.get("metadata")
-    for _, ref in dicts(meta.get("ownerReferences") if isinstance(meta, dict) else None):
-        group = str(ref.get("apiVersion", "")).rpartition("/")[0]
-        if ref.get("controller") is True and f"{group}/{ref.get('kind')}" in managed:
-            return True
-    return False
+    owner = view.controller_owner()
+    return owner is not None and f"{owner[0]}/{owner[1]}" in managed
 
 
 def mutate(view: WorkloadView, settings: Settings) -> bool:

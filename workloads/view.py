@@ -23,7 +23,8 @@ from gpuguard.workloads.claims import ClaimSource, attach_claims
 from gpuguard.workloads.containers import Container, SparkContainer, container_gpus
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
-from gpuguard.workloads.paths import Path, Replaced, child_dict, child_list, dicts, dotted, get_path
+from gpuguard.workloads.kinds.spec import ReadObject, ServingGroup
+from gpuguard.workloads.paths import Path, Replaced, child_dict, child_list, dicts, dotted, get_path, set_int_field
 from gpuguard.workloads.serving import SERVING_SHAPES, inherited_pod_fields, main_container, unread_claims
 
 if TYPE_CHECKING:
@@ -267,6 +268,9 @@ class WorkloadView:
     # Values the user set that policies changed (``gpuguard.workloads.paths.Replaced``), in the order written:
     # the engine attributes each to the policy that was running and warns about it.
     changes: list[Replaced] = field(default_factory=list)
+    # Reads an object the workload names (group, kind, namespace, name) -> object or None: the request's
+    # ``read_object`` (a PersistentVolumeClaim's access modes).  ``None``: nothing can be read.
+    read_object: ReadObject | None = None
 
     def extended(self, path: Path, before: int, after: int, users: bool | None = None) -> None:
         """Record items appended to a list the user wrote (``users``; by default: it had ``before`` items), not
@@ -296,6 +300,89 @@ class WorkloadView:
         labels = meta.get("labels") if isinstance(meta, dict) else None
         return labels if isinstance(labels, dict) else {}
 
+    @property
+    def annotations(self) -> dict:
+        meta = self.obj.get("metadata")
+        annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        return annotations if isinstance(annotations, dict) else {}
+
+    def writable_annotations(self) -> dict | None:
+        """The object's annotations to write into (created when absent), or ``None`` on malformed metadata."""
+        meta = child_dict(self.obj, "metadata")
+        return child_dict(meta, "annotations") if meta is not None else None
+
+    # ------------------------------------------------------------ kind facts, read once for the policies
+    # What a kind keeps outside its pod templates (deadline, TTL and retry fields, gang settings, priority
+    # classes, claims its controller makes) is read here, where the kind table says it is; a policy asks the
+    # view and never walks the object with the kind's paths itself.
+
+    def job_path(self, name: str) -> Path | None:
+        """Where the kind keeps a job field (``ttl``, ``deadline``, ``backoff``, ``ttl_requires_true``), if any."""
+        fields = self.kind.job
+        path = getattr(fields, name, None) if fields is not None else None
+        return path if isinstance(path, tuple) else None
+
+    def job_value(self, name: str) -> Any:
+        """The object's value of a job field (``None`` when the kind has no such field or it is unset)."""
+        path = self.job_path(name)
+        return get_path(self.obj, path) if path is not None else None
+
+    def set_job_int(self, name: str, default: int, maximum: int | None, api_default: int | None = None) -> bool:
+        """Default a job field where unset and cap it above ``maximum`` (a cap is recorded as a change)."""
+        path = self.job_path(name)
+        if path is None:
+            return False
+        return set_int_field(self.obj, path, default, maximum, api_default, changes=self.changes)
+
+    def set_job_value(self, name: str, value: Any) -> bool:
+        """Write a job field where its parent mapping exists (a RayJob's ``shutdownAfterJobFinishes``)."""
+        path = self.job_path(name)
+        parent = get_path(self.obj, path[:-1]) if path is not None else None
+        if path is None or not isinstance(parent, dict):
+            return False
+        parent[path[-1]] = value
+        return True
+
+    def cap_job_variants(self, maximum: int) -> bool:
+        """Cap the kind's other TTLs (``JobFields.ttl_variants``: Argo's per-outcome TTLs) above ``maximum``; never
+        adds one.  Each cap is recorded as a change."""
+        changed = False
+        for path in self.kind.job.ttl_variants if self.kind.job is not None else ():
+            value, parent = get_path(self.obj, path), get_path(self.obj, path[:-1])
+            if isinstance(value, int) and not isinstance(value, bool) and value > maximum and isinstance(parent, dict):
+                parent[path[-1]] = maximum
+                self.changes.append(Replaced(path, value, maximum, "capped"))
+                changed = True
+        return changed
+
+    def gang_value(self, name: str) -> Any:
+        """The object's value of a gang setting of its kind (``min_available``, ``own_scheduler``,
+        ``operator_policy``); ``None`` when the kind has none."""
+        gang = self.kind.gang
+        path = getattr(gang, name, None) if gang is not None else None
+        return get_path(self.obj, path) if isinstance(path, tuple) else None
+
+    def kind_priority_classes(self) -> Iterator[tuple[Path, str]]:
+        """Priority classes the kind keeps outside its pod templates (Kubeflow runPolicy, Volcano spec)."""
+        for path in self.kind.priority_class_paths:
+            name = get_path(self.obj, path)
+            if isinstance(name, str):
+                yield path, name
+
+    def controller_claim_entries(self) -> list[dict]:
+        """The entries of the claims the kind's controller creates outside the pod spec (``KindSpec.volume_claims``:
+        StatefulSet claim templates, JobSet claim policies, Volcano volumes)."""
+        claims = self.kind.volume_claims
+        return [entry for _, entry in dicts(get_path(self.obj, claims.path))] if claims is not None else []
+
+    def controller_owner(self) -> tuple[str, str] | None:
+        """(group, kind) of the object's controlling ownerReference, as written (for settings that name kinds)."""
+        meta = self.obj.get("metadata")
+        for _, ref in dicts(meta.get("ownerReferences") if isinstance(meta, dict) else None):
+            if ref.get("controller") is True:
+                return str(ref.get("apiVersion", "")).rpartition("/")[0], str(ref.get("kind"))
+        return None
+
     @cached_property
     def gpu_templates(self) -> list[PodTemplate]:
         """Cached, like the counts it reads: every policy asks, none changes templates or accelerator counts."""
@@ -310,6 +397,16 @@ class WorkloadView:
         by_role = {t.ref.role: t for t in self.templates}
         counts = self.kind.peak(self.obj, lambda role: by_role[role].gpus_per_pod if role in by_role else 0)
         return [(by_role[role], n) for role, n in counts.items() if role in by_role and n > 0]
+
+    def running(self) -> list[tuple[PodTemplate, int]]:
+        """(template, pods) running together at the heaviest moment: what ``total_gpus`` counts."""
+        return self._running
+
+    def serving_groups(self) -> list[ServingGroup]:
+        """Pods that run one model server together (``KindSpec.serving_groups``: LeaderWorkerSet groups,
+        multi-node serving), empty where every pod runs its own servers."""
+        groups = self.kind.serving_groups
+        return list(groups(self.obj)) if groups is not None else []
 
     @cached_property
     def total_gpus(self) -> int:
