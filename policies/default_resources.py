@@ -153,13 +153,21 @@ def _compute_share(template: PodTemplate, inventory: Inventory, reserve: Size, r
     group = min(groups, key=lambda g: (g.smallest.get("memory", Decimal(0)) / g.smallest[first], g.name))
     kept = {"cpu": _scaled(reserve.cpu, 1), "memory": _scaled(reserve.memory, 1),
             "ephemeral-storage": _scaled(reserve.ephemeral_storage, 1)}
+    # Each resource by itself is the smallest per-device share among the groups the pod may land on: sized from
+    # one group (the L4 nodes' 42 Gi of disk per GPU), a pod that lands on another (an H100 node's 22 Gi per GPU)
+    # would let fewer pods fit than it has devices, and the rest would idle.
     share: dict[str, dict[str, Decimal]] = {}
     for resource in resources:
-        devices = group.smallest.get(resource, Decimal(0))
-        if devices <= 0:
-            return None
-        share[resource] = {x: max(Decimal(0), group.smallest[x] - kept[x]) / devices
-                           for x in NODE_RESOURCES if x in group.smallest}
+        per_unit: dict[str, Decimal] = {}
+        for candidate in groups:
+            devices = candidate.smallest.get(resource, Decimal(0))
+            if devices <= 0:
+                return None
+            for x in NODE_RESOURCES:
+                if x in candidate.smallest:
+                    amount = max(Decimal(0), candidate.smallest[x] - kept[x]) / devices
+                    per_unit[x] = min(per_unit.get(x, amount), amount)
+        share[resource] = per_unit
     return share, group
 
 
