@@ -27,6 +27,7 @@ from pydantic import Field
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads.inventory import NODE_RESOURCES, Inventory, NodeGroup
 from gpuguard.workloads.kinds import POD_CONTAINER_LISTS
+from gpuguard.workloads.paths import dotted
 from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 
@@ -146,24 +147,75 @@ def _json(value: object) -> bytes:
     return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
 
 
-def _gang(view: WorkloadView, inventory: Inventory) -> Iterator[Finding]:
-    for resource, total in sorted(view.gpus_by_resource().items()):
-        if "/" not in resource:
+def _pods_per_node(group: NodeGroup, asks: dict[str, Decimal]) -> int | None:
+    """How many whole pods of this shape one node of ``group`` holds (``None``: not known, e.g. a pool of unknown
+    shape); a node holds a pod only whole, so a 4-GPU pod on a 2-GPU node is none."""
+    fits: list[int] = []
+    for name, amount in asks.items():
+        have = group.amount(name)
+        if have is None:
+            if "/" in name:
+                return None
+            continue  # a node that does not report its disk (or CPU) does not limit the count
+        fits.append(int(have // amount) if amount > 0 else 1 << 30)
+    return min(fits) if fits else None
+
+
+def _gang_slots(template: PodTemplate, inventory: Inventory) -> tuple[int, list[NodeGroup]] | None:
+    """Pods of the template's shape the cluster can ever hold at once (per node whole pods x nodes, on the groups it
+    may land on by its selection and tolerations), and those groups; ``None``: a pool with no bound may grow."""
+    asks = _asks(template)
+    accelerators = [r for r in asks if "/" in r]
+    if not accelerators:
+        return None
+    node_selector, terms = template.node_selection()
+    tolerations = template.spec.get("tolerations")
+    tolerations = tolerations if isinstance(tolerations, list) else []
+    groups = [g for g in inventory.eligible(accelerators) if g.matches(node_selector, terms)
+              and not g.untolerated(tolerations)]
+    slots, holding = 0, []
+    for group in groups:
+        per_node = _pods_per_node(group, asks)
+        if per_node is None or group.count is None:
+            return None  # no bound known (an unbounded pool, a Karpenter pool): it may grow to fit
+        slots += per_node * group.count
+        if per_node:
+            holding.append(group)
+    return slots, holding
+
+
+def _gang(view: WorkloadView, inventory: Inventory) -> Finding | None:
+    """A gang placed in part holds its GPUs and trains nothing: it fits only if every pod of it fits whole at once.
+    Counted in whole pods per node group (four 4-GPU pods never fit on 2-GPU nodes, whatever their GPUs add up to);
+    templates of one shape share the count."""
+    by_shape: dict[bytes, tuple[PodTemplate, int]] = {}
+    for template, pods in view.running_templates():
+        if template.gpus_per_pod:
+            key = _shape_key(template)
+            seen = by_shape.get(key)
+            by_shape[key] = (template, pods + (seen[1] if seen else 0))
+    for template, pods in by_shape.values():
+        found = _gang_slots(template, inventory)
+        if found is None:
             continue
-        groups = inventory.offering(resource)
-        if not groups or any(g.amount(resource) is None or g.count is None for g in groups):
-            continue  # no bound known (an unbounded pool, a Karpenter pool): it may grow to fit
-        capacity = sum(((g.amount(resource) or Decimal(0)) * (g.count or 0) for g in groups), Decimal(0))
-        if total > capacity:
-            yield Finding(("spec",), f"its pods must run together and ask {total} {resource} in all; every node and "
-                          f"pool that has it offers {_num(capacity)} ({_names(groups)}): it can never start",
-                          "lower the replicas or the accelerators per pod, or add nodes (or raise a pool's maxCount)")
+        slots, groups = found
+        if pods > slots:
+            where = _names(groups) if groups else "no node or pool it may land on"
+            return Finding(("spec",), f"its {pods} pods must run together; whole pods of the shape of "
+                           f"{dotted(template.spec_path)} fit at most {slots} at once ({where}): it can never "
+                           "start whole", "lower the replicas or the accelerators per pod, or add nodes (or raise "
+                           "a pool's maxCount)")
+    return None
 
 
-def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
-    inventory = view.inventory
-    if not inventory.known:
-        return
+def _not_now(finding: Finding) -> Finding:
+    """What only cordoned nodes can host pends until they are uncordoned: a warning, not a denial."""
+    return Finding(finding.path, finding.message.replace("it would pend forever", "it would pend now").replace(
+        "it can never start whole", "it can't start whole now") + "; only cordoned nodes can take it",
+        "wait for the nodes to be uncordoned, or " + finding.fix, finding.target, advisory=True)
+
+
+def _judge(view: WorkloadView, inventory: Inventory, settings: Settings) -> Iterator[Finding]:
     for template in view.gpu_templates:
         # the same shape is judged once per inventory summary: the key is everything _judge_pod reads
         key = ("schedulable", template.spec_path, _shape_key(template))
@@ -171,7 +223,23 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
         if finding is not None:
             yield finding
     if settings.check_gangs and view.kind.gang is not None and view.pod_count() > 1:
-        yield from _gang(view, inventory)
+        gang = _gang(view, inventory)
+        if gang is not None:
+            yield gang
+
+
+def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
+    inventory = view.inventory
+    if not inventory.known:
+        return
+    now = list(_judge(view, inventory.schedulable_now(), settings))
+    if not now or not inventory.has_cordoned:
+        yield from now
+        return
+    # With the cordoned nodes back, what could never be placed is still denied; the rest pends only now.
+    ever = {(f.path, f.target) for f in _judge(view, inventory, settings)}
+    for finding in now:
+        yield finding if (finding.path, finding.target) in ever else _not_now(finding)
 
 
 POLICY = ValidatingPolicy(

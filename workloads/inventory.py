@@ -81,6 +81,9 @@ class NodeGroup:
     count: int | None  # nodes (a pool's maximum); None: no stated bound
     open_labels: bool = False
     shape_known: bool = True
+    # Cordoned nodes (``spec.unschedulable``, a driver upgrade, a drain): they host nothing new now but come back,
+    # so what only they can host is "not now", never "never".
+    cordoned: bool = False
 
     def offers(self, resource: str) -> bool:
         """Whether the group has (or, with an unknown shape, may have) ``resource``."""
@@ -106,7 +109,8 @@ class NodeGroup:
     def describe(self) -> str:
         """``nvidia-h100-80gb, 4 nodes`` / ``pool gpu-l4, up to 10 nodes``."""
         if self.source == "nodes":
-            return f"{self.name}, {self.count} node{'s' if self.count != 1 else ''}"
+            nodes = "node" if self.count == 1 else "nodes"
+            return f"{self.name}, {self.count} {'cordoned ' if self.cordoned else ''}{nodes}"
         bound = f"up to {self.count} nodes" if self.count is not None else "no maximum"
         return f"{'Karpenter NodePool' if self.source == 'karpenter' else 'pool'} {self.name}, {bound}"
 
@@ -192,6 +196,16 @@ class Inventory:
         is harmless)."""
         return Inventory(self.groups + tuple(g for g in extra if g not in self.groups), self.nodes, self.notes,
                          self.device_classes)
+
+    def schedulable_now(self) -> Inventory:
+        """The groups that can take a new pod now: without the cordoned ones (what "pends now" is judged on)."""
+        now: Inventory = self.memo(("now",), lambda: Inventory(tuple(g for g in self.groups if not g.cordoned),
+                                                               self.nodes, self.notes, self.device_classes))
+        return now
+
+    @property
+    def has_cordoned(self) -> bool:
+        return any(g.cordoned for g in self.groups)
 
     def with_device_classes(self, classes: Iterable[DeviceClass]) -> Inventory:
         """These groups with ``classes`` added to the DeviceClasses known (by name: the last one read wins)."""
@@ -332,6 +346,7 @@ class _Acc:
     largest: dict[str, Decimal]
     smallest: dict[str, Decimal]
     count: int = 1
+    cordoned: bool = False
 
     def add(self, labels: Mapping[str, str], alloc: Mapping[str, Decimal]) -> None:
         self.count += 1
@@ -345,7 +360,7 @@ class _Acc:
     def freeze(self) -> NodeGroup:
         labels: dict[str, frozenset[str] | None] = {k: frozenset((v,)) for k, v in self.labels.items()}
         return NodeGroup(self.name, "nodes", labels, self.taints, dict(self.largest), dict(self.smallest),
-                         self.count)
+                         self.count, cordoned=self.cordoned)
 
 
 def summarise_nodes(nodes: Iterable[Mapping[str, Any]]) -> tuple[list[NodeGroup], int]:
@@ -358,20 +373,19 @@ def summarise_nodes(nodes: Iterable[Mapping[str, Any]]) -> tuple[list[NodeGroup]
         raw_labels = meta.get("labels") if isinstance(meta, dict) else None
         labels = {str(k): str(v) for k, v in raw_labels.items() if k not in _PER_NODE} \
             if isinstance(raw_labels, dict) else {}
-        if isinstance(spec, dict) and spec.get("unschedulable") is True:
-            continue  # cordoned: hosts nothing new
+        cordoned = isinstance(spec, dict) and spec.get("unschedulable") is True  # hosts nothing new until uncordoned
         total += 1
         alloc = _allocatable(node)
         taints = _taints(spec.get("taints") if isinstance(spec, dict) else None)
         accel = tuple(sorted((k, v) for k, v in alloc.items() if "/" in k and v > 0))
         product = _first(labels, PRODUCT_LABELS)
         itype = _first(labels, INSTANCE_TYPE_LABELS)
-        key = (accel, product, itype, taints)
+        key = (accel, product, itype, taints, cordoned)
         acc = groups.get(key)
         if acc is None:
             devices = [k for k, _ in accel if may_be_accelerator(k)]
             name = product or itype or (devices[0] if devices else "cpu")
-            groups[key] = _Acc(name, dict(labels), taints, dict(alloc), dict(alloc))
+            groups[key] = _Acc(name, dict(labels), taints, dict(alloc), dict(alloc), cordoned=cordoned)
         else:
             acc.add(labels, alloc)
     return [g.freeze() for g in groups.values()], total

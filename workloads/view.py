@@ -408,6 +408,10 @@ class WorkloadView:
         groups = self.kind.serving_groups
         return list(groups(self.obj)) if groups is not None else []
 
+    def running_templates(self) -> list[tuple[PodTemplate, int]]:
+        """(template, pods of it) running together at the heaviest moment (see ``_running``)."""
+        return list(self._running)
+
     @cached_property
     def total_gpus(self) -> int:
         return sum(t.gpus_per_pod * n for t, n in self._running)
