@@ -24,9 +24,12 @@ def test_nodes_of_one_shape_are_one_group_with_the_labels_all_of_them_carry():
         node("cordoned", L4, L4_ALLOC, GKE_TAINT, unschedulable=True),
         node("cpu", {"node.kubernetes.io/instance-type": "e2-standard-8"}, {"cpu": "8", "memory": "30Gi"}),
     ])
-    assert total == 3 and len(groups) == 2
-    l4 = next(g for g in groups if g.name == "nvidia-l4")
+    # A cordoned node is its own group, marked: it hosts nothing now, but it comes back ("not now", not "never").
+    assert total == 4 and len(groups) == 3
+    l4 = next(g for g in groups if g.name == "nvidia-l4" and not g.cordoned)
     assert l4.count == 2
+    cordoned = next(g for g in groups if g.cordoned)
+    assert cordoned.count == 1 and cordoned.describe() == "nvidia-l4, 1 cordoned node"
     assert "topology.kubernetes.io/zone" not in l4.labels and "kubernetes.io/hostname" not in l4.labels
     assert l4.allocatable["memory"] == 87 * 2**30 and l4.smallest["memory"] == 86 * 2**30
     assert l4.taints == (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
