@@ -13,6 +13,10 @@ A *required* term on a label no node carries makes the pod pend forever, so:
   marked it ``required`` in the profile, and nothing is added when the pod already selects by an
   accelerator label of some profile or product.
 
+Right-size placement: with an inventory, a pod that names no accelerator type *prefers* (weight 50, never
+requires) the node group with the fewest devices per node among those that hold it, by a product label that
+tells that group apart, so 1-, 2- and 4-GPU pods leave the 8-GPU nodes whole for the gangs that need them.
+
 ``nodeSelectorTerms`` are ORed, so a required expression goes into *every* term: appending it to
 one term only lets the other terms schedule the pod anywhere (a trap seen in peers' code).  A
 term that already constrains the label is the user's and is left alone, and so is an empty term:
@@ -21,6 +25,7 @@ it matches no node, and adding an expression would widen it to every accelerator
 
 from __future__ import annotations
 
+from decimal import Decimal
 from functools import lru_cache
 
 import orjson
@@ -28,7 +33,7 @@ from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
 from gpuguard.workloads.accelerators import Accelerators
-from gpuguard.workloads.inventory import PRODUCT_LABELS, Inventory
+from gpuguard.workloads.inventory import PRODUCT_LABELS, Inventory, NodeGroup
 from gpuguard.workloads.paths import child_dict, child_list, dicts
 from gpuguard.workloads.view import PodTemplate, WorkloadView
 
@@ -123,10 +128,51 @@ def _from_inventory(view: WorkloadView, template: PodTemplate, inventory: Invent
     terms = _required_terms(template)
     key = ("affinity", tuple(resources), orjson.dumps((node_selector, terms), default=str,
                                                        option=orjson.OPT_NON_STR_KEYS))
-    if inventory.memo(key, lambda: _kept_on_eligible(inventory, resources, node_selector, terms)):
-        return False  # the pod's own selection already keeps it on nodes with its accelerator (or on none)
-    expression = inventory.selection_for(resources, hints)
-    return expression is not None and _add_to_every_term(view, template, expression)
+    changed = False
+    # Unless the pod's own selection already keeps it on nodes with its accelerator (or on none), a learned label.
+    if not inventory.memo(key, lambda: _kept_on_eligible(inventory, resources, node_selector, terms)):
+        expression = inventory.selection_for(resources, hints)
+        changed = expression is not None and _add_to_every_term(view, template, expression)
+    return _right_size(view, template, inventory, resources, hints) or changed
+
+
+def _right_size(view: WorkloadView, template: PodTemplate, inventory: Inventory, resources: list[str],
+                hints: list[str]) -> bool:
+    """A pod that names no accelerator type prefers (never requires) the smallest node group that holds it, so
+    1-, 2- and 4-GPU pods leave the 8-GPU nodes whole for the work that needs them."""
+    if _selected_keys(template) & set(hints):
+        return False  # the user chose a type (or a product)
+    node_selector, terms = template.node_selection()
+    tolerations = template.spec.get("tolerations")
+    key = ("right-size", tuple((r, template.effective_gpus[r]) for r in resources),
+           orjson.dumps((node_selector, terms, tolerations), default=str, option=orjson.OPT_NON_STR_KEYS))
+    expression = inventory.memo(key, lambda: _smallest_group_expression(
+        inventory, resources, template.effective_gpus, node_selector, terms,
+        tolerations if isinstance(tolerations, list) else []))
+    return expression is not None and _prefer_expression(view, template, expression, 50)
+
+
+def _smallest_group_expression(inventory: Inventory, resources: list[str], per_pod: dict[str, int],
+                               node_selector: dict | None, terms: list | None, tolerations: list) -> dict | None:
+    """A product label expression for the group with the fewest devices per node among those the pod fits on,
+    when the groups differ by product (else the scheduler has nothing to choose between)."""
+    groups = [g for g in inventory.eligible(resources) if g.shape_known and not g.cordoned
+              and all((g.amount(r) or 0) >= per_pod[r] for r in resources)
+              and g.matches(node_selector, terms) and not g.untolerated(tolerations)]
+    def devices(group: NodeGroup) -> Decimal:
+        return sum((group.amount(r) or Decimal(0) for r in resources), Decimal(0))
+
+    if len(groups) < 2:
+        return None
+    smallest = min(groups, key=lambda g: (devices(g), g.name))
+    if devices(smallest) == max(devices(g) for g in groups):
+        return None  # all alike: nothing to leave whole
+    for label in PRODUCT_LABELS:  # a label that tells the smallest group apart from every other
+        values = smallest.labels.get(label)
+        others = [g.labels.get(label) for g in groups if g is not smallest]
+        if values is not None and len(values) == 1 and all(o is not None and not values & o for o in others):
+            return {"key": label, "operator": "In", "values": sorted(values)}
+    return None
 
 
 def _kept_on_eligible(inventory: Inventory, resources: list[str], node_selector: object, terms: list | None) -> bool:
@@ -200,7 +246,9 @@ POLICY = MutatingPolicy(
     description="Keeps accelerator pods on nodes that have their accelerator, by labels those nodes really carry: "
     "with a node inventory (docs/inventory.md) a label learned from the nodes and pools offering "
     "the resource (e.g. `cloud.google.com/gke-accelerator` on GKE, `nvidia.com/gpu.present` under the GPU Operator), "
-    "added to every non-empty nodeSelectorTerm unless the pod's own selection already keeps it there; without one, "
+    "added to every non-empty nodeSelectorTerm unless the pod's own selection already keeps it there, and, for a pod "
+    "that names no accelerator type, a preference (never a requirement) for the smallest node group that holds it, "
+    "so small pods leave the big nodes whole; without one, "
     "the profile's node selection as a preferred term (required only where the admin's profile says so); "
     "optionally keeps pods without accelerators off accelerator nodes.",
     rationale="Without it a GPU pod can wait on CPU-only nodes the autoscaler keeps adding, and CPU pods "
