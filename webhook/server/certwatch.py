@@ -37,6 +37,7 @@ from gpuguard.certs import selfmanaged as sm
 from gpuguard.certs.inject import MUTATING, VALIDATING
 from gpuguard.certs.store import atomic_write, cert_pem, key_pem
 from gpuguard.webhook.server import logs, metrics
+from gpuguard.webhook.server.webhook_template import template_problems
 
 TEMPLATE_KEY = "webhooks.yaml"
 API_TIMEOUT = 10
@@ -59,6 +60,7 @@ class Options:
     webhooks_configmap: str = "gpuguard-webhooks"
     directory: str = ""
     interval: float = DEFAULT_INTERVAL
+    service: str = "gpuguard"  # the Service the template's webhooks must call (or a URL to one of ``hosts``)
 
 
 @dataclass
@@ -177,6 +179,12 @@ class SelfManagedCerts:
         if len(template) != 2:
             raise CertSetupError(f"ConfigMap {opts.webhooks_configmap}: {TEMPLATE_KEY} must hold one "
                                  f"{MUTATING} and one {VALIDATING}")
+        foreign = template_problems(template.values(), opts.namespace, opts.service,
+                                    (*opts.hosts.dns, *opts.hosts.ips))
+        if foreign:
+            metrics.CERT_STEPS.labels(step="webhooks", result="refused").inc()
+            raise CertSetupError(f"ConfigMap {opts.webhooks_configmap}: refusing to write webhooks that are not "
+                                 f"gpuguard's own ({len(foreign)}): " + "; ".join(foreign[:3]))
         live = _Live(secret, template)
         for kind, doc in template.items():
             live.configurations[kind] = self.api.read_configuration(kind, doc["metadata"]["name"])

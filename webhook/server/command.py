@@ -118,7 +118,8 @@ def _self_managed(args: argparse.Namespace) -> SelfManagedCerts:
         except ValueError:
             names.append(host)
     opts = certwatch.Options(args.self_managed_certs, namespace, sm.Hosts(tuple(names), tuple(ips)), lifetimes,
-                             args.webhooks_configmap, args.self_managed_dir or "", args.cert_check_interval)
+                             args.webhooks_configmap, args.self_managed_dir or "", args.cert_check_interval,
+                             args.self_managed_service)
     try:
         certs = certwatch.from_client(connection.api, opts)
         certs.bootstrap()

@@ -40,7 +40,9 @@ class Conflict(Exception):
 
 def _template(kind: str) -> dict[str, Any]:
     return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": "gpuguard"},
-            "webhooks": [{"name": f"{n}.gpuguard.io", "clientConfig": {"url": "https://127.0.0.1:1/x"},
+            "webhooks": [{"name": f"{n}.gpuguard.io", "clientConfig": {"url": "https://127.0.0.1:1/mutate"},
+                          "rules": [{"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"],
+                                     "operations": ["CREATE", "UPDATE"]}],
                           "sideEffects": "None", "admissionReviewVersions": ["v1"]} for n in ("a", "b")]}
 
 
