@@ -4,7 +4,9 @@ Why a real one: admission webhooks are only meaningfully tested against the real
 admission chain (defaulting, mutating webhooks, schema validation, validating webhooks, VAP,
 ``--dry-run=server``, warnings returned to kubectl).  We run etcd, kube-apiserver and
 kube-controller-manager (so Jobs create Pods) as plain processes on free 127.0.0.1 ports; there is
-no scheduler or kubelet, so Pods stay Pending, which is all admission tests need.
+no kubelet and, by default, no scheduler, so Pods stay Pending, which is all admission tests need.
+``ControlPlane(scheduler=True)`` also runs the real kube-scheduler, and :meth:`ControlPlane.add_node`
+makes Node objects it binds pods to (``spec.nodeName``), for tests that ask what the scheduler does.
 
 The Kubernetes binaries are built from the Go module proxy by ``build.sh`` beside this file and
 cached outside the repo (``$GPUGUARD_E2E_CACHE``, default ``~/.cache/gpuguard-e2e/<version>/``).
@@ -86,6 +88,7 @@ class Binaries:
 
     kube_apiserver: Path
     kube_controller_manager: Path
+    kube_scheduler: Path
     etcd: Path
     kubectl: Path
 
@@ -101,12 +104,13 @@ def _find_etcd() -> Path | None:
 
 def _binaries() -> Binaries | None:
     d = cache_dir()
-    api, kcm, etcd = d / "kube-apiserver", d / "kube-controller-manager", _find_etcd()
+    api, kcm, sched, etcd = (d / "kube-apiserver", d / "kube-controller-manager", d / "kube-scheduler",
+                             _find_etcd())
     kubectl = Path(KUBECTL) if os.access(KUBECTL, os.X_OK) else None
     if kubectl is None and (w := shutil.which("kubectl")):
         kubectl = Path(w)
-    if api.is_file() and kcm.is_file() and etcd is not None and kubectl is not None:
-        return Binaries(api, kcm, etcd, kubectl)
+    if api.is_file() and kcm.is_file() and sched.is_file() and etcd is not None and kubectl is not None:
+        return Binaries(api, kcm, sched, etcd, kubectl)
     return None
 
 
@@ -122,6 +126,7 @@ def binaries_available() -> tuple[bool, str]:
         for name, present in (
             ("kube-apiserver", (cache_dir() / "kube-apiserver").is_file()),
             ("kube-controller-manager", (cache_dir() / "kube-controller-manager").is_file()),
+            ("kube-scheduler", (cache_dir() / "kube-scheduler").is_file()),
             ("etcd", _find_etcd() is not None),
             ("kubectl", os.access(KUBECTL, os.X_OK) or shutil.which("kubectl") is not None),
         )
@@ -135,7 +140,8 @@ def can_build() -> tuple[bool, str]:
     if not (os.access(KUBECTL, os.X_OK) or shutil.which("kubectl")):
         return False, f"kubectl not found at {KUBECTL} or on PATH"
     if shutil.which("go") is None and not os.access("/usr/local/go/bin/go", os.X_OK):
-        return False, "Go is not installed, so kube-apiserver and kube-controller-manager cannot be built."
+        return False, ("Go is not installed, so kube-apiserver, kube-controller-manager and kube-scheduler "
+                       "cannot be built.")
     return True, "Go found; build.sh can build the binaries"
 
 
@@ -321,7 +327,8 @@ def _make_pki(d: Path) -> dict[str, Path]:
 
 
 class ControlPlane:
-    """etcd + kube-apiserver + kube-controller-manager on free loopback ports.
+    """etcd + kube-apiserver + kube-controller-manager (+ kube-scheduler with ``scheduler=True``) on free
+    loopback ports.
 
     Start with ``with ControlPlane() as cp:`` (or ``start()`` / ``stop()``).  Every component logs
     to ``<workdir>/logs/<name>.log``; ``stop()`` keeps the workdir so those logs survive a failed
@@ -334,6 +341,7 @@ class ControlPlane:
         workdir: str | os.PathLike[str] | None = None,
         *,
         controller_manager: bool = True,
+        scheduler: bool = False,
         ready_timeout: float = 90.0,
         extra_apiserver_args: Sequence[str] = (),
         extra_controller_manager_args: Sequence[str] = (),
@@ -348,6 +356,7 @@ class ControlPlane:
         self.kubeconfig = self.workdir / "kubeconfig"
         self.token = secrets.token_hex(24)
         self.with_controller_manager = controller_manager
+        self.with_scheduler = scheduler
         self.ready_timeout = ready_timeout
         # Opt-in API surface (default: none, as every other test expects): feature gates go to the
         # apiserver and the controller manager, runtime-config (e.g. resource.k8s.io/v1beta1=true) to
@@ -357,6 +366,12 @@ class ControlPlane:
             [f"--runtime-config={','.join(runtime_config)}"] if runtime_config else []) + list(extra_apiserver_args)
         self.extra_controller_manager_args = ([f"--feature-gates={gates}"] if gates else []) + list(
             extra_controller_manager_args)
+        self.scheduler_feature_gates = [f"--feature-gates={gates}"] if gates else []
+        if scheduler and not any(a.startswith("--controllers") for a in self.extra_controller_manager_args):
+            # No kubelet renews the Nodes' Leases: the node-lifecycle controller would mark every Node
+            # unreachable and taint it after ~40-50 s, and the scheduler would stop placing pods.
+            self.extra_controller_manager_args.append("--controllers=*,-nodelifecycle")
+        self.scheduler_port = 0
         self.verbose = verbose
         self.cleanup = cleanup
         self.server = ""
@@ -367,6 +382,7 @@ class ControlPlane:
         self._etcd_data: Path | None = None
         self._procs: list[_Proc] = []
         self._started = False
+        self._ssl: ssl.SSLContext | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -422,6 +438,8 @@ class ControlPlane:
         self._write_kubeconfig()
         if self.with_controller_manager:
             self._start_controller_manager(pki)
+        if self.with_scheduler:
+            self._start_scheduler()
 
     def stop(self) -> None:
         """Terminate every component (reverse start order), SIGKILL stragglers, keep the logs.
@@ -633,6 +651,123 @@ class ControlPlane:
 
         self._wait(proc, controllers_running, 60, "kube-controller-manager (default ServiceAccount)")
         self._say("kube-controller-manager running")
+
+    def _start_scheduler(self) -> None:
+        """The real kube-scheduler, with the admin kubeconfig, serving /readyz on a loopback port."""
+        assert self.binaries is not None
+        self.scheduler_port = free_port()
+        cert_dir = self.workdir / "scheduler-certs"  # its self-signed serving cert
+        cert_dir.mkdir(exist_ok=True)
+        argv = [
+            str(self.binaries.kube_scheduler),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.scheduler_port}",
+            f"--cert-dir={cert_dir}",
+            "--profiling=false",
+            "--v=2",  # logs each binding ("Successfully bound pod to node") and each unschedulable pod
+            *self.scheduler_feature_gates,
+        ]
+        proc = self._spawn("kube-scheduler", argv)
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # its own self-signed cert; /readyz needs no credentials
+
+        def ready() -> bool:
+            url = f"https://127.0.0.1:{self.scheduler_port}/readyz"
+            with urllib.request.urlopen(url, timeout=5, context=ctx) as r:
+                return r.status == 200
+
+        self._wait(proc, ready, 60, f"kube-scheduler /readyz on 127.0.0.1:{self.scheduler_port}")
+        self._say("kube-scheduler running")
+
+    # -- nodes (for the scheduler; no kubelet runs) ---------------------------------------------
+
+    def add_node(
+        self,
+        name: str,
+        labels: Mapping[str, str] | None = None,
+        allocatable: Mapping[str, str] | None = None,
+        taints: Sequence[Mapping[str, str]] = (),
+        capacity: Mapping[str, str] | None = None,
+        unschedulable: bool = False,
+    ) -> None:
+        """Create a Ready Node the scheduler can bind pods to.
+
+        Three writes, as no kubelet runs: create the Node; set ``spec.taints`` again, because the
+        apiserver's TaintNodesByCondition admission adds ``node.kubernetes.io/not-ready:NoSchedule`` to
+        every new Node and only the node-lifecycle controller (not run with ``scheduler=True``) would
+        take it off; then ``capacity``/``allocatable`` and a ``Ready`` condition through the status
+        subresource (kubectl >= 1.24 has ``--subresource=status``).
+        """
+        obj = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                           "kubernetes.io/arch": "amd64", **(labels or {})},
+            },
+            "spec": {"taints": list(taints), **({"unschedulable": True} if unschedulable else {})},
+        }
+        self.request("POST", "/api/v1/nodes", obj, check=True)
+        self.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": list(taints)}}, check=True)
+        alloc = {"pods": "110", **(allocatable or {})}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {
+            "status": {
+                "capacity": {**alloc, **(capacity or {})},
+                "allocatable": alloc,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                "message": "no kubelet: made ready by the e2e harness",
+                                "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            }
+        }
+        self.request("PATCH", f"/api/v1/nodes/{name}/status", status, check=True)
+
+    # -- the REST API, without a kubectl process per call ----------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        as_user: str | None = None,
+        check: bool = False,
+        timeout: float = 30,
+    ) -> tuple[int, Any]:
+        """One call to the apiserver with the admin token: ``(status, parsed JSON body)``.
+
+        ``PATCH`` bodies are JSON merge patches.  ``as_user`` impersonates a user (``Impersonate-User``),
+        as ``kubectl --as`` does, so admission sees that user.  Errors come back as the apiserver's
+        ``Status`` object (its ``message`` holds a webhook's denial); ``check`` raises on them instead.
+        """
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        if as_user:
+            headers["Impersonate-User"] = as_user
+        req = urllib.request.Request(f"{self.server}{path}", data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=self._ssl) as r:
+                status, raw = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        try:
+            parsed = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = raw.decode(errors="replace")
+        if check and status >= 300:
+            raise ControlPlaneError(f"{method} {path} -> {status}: {parsed}")
+        return status, parsed
 
     # -- client helpers ----------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """pytest fixtures for the real control plane, shared by every e2e test module.
 
-Import into a conftest or test module: ``from .cluster.fixtures import control_plane  # noqa: F401``.
+Import into a conftest or test module: ``from .cluster.fixtures import control_plane  # noqa: F401``
+(``scheduling_control_plane`` for the same with the real kube-scheduler).
 """
 
 from __future__ import annotations
@@ -46,6 +47,24 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     require_control_plane()
     failed_before = request.session.testsfailed
     with ControlPlane() as cp:
+        yield cp
+        if request.session.testsfailed > failed_before:
+            print(f"\n[controlplane] tests failed; component logs kept in {cp.logs_dir}", file=sys.stderr)
+
+
+@pytest.fixture(scope="module")
+def scheduling_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """:func:`control_plane` plus the real kube-scheduler (``ControlPlane(scheduler=True)``).
+
+    The controller manager runs without its node-lifecycle controller, so Nodes made Ready with
+    :meth:`ControlPlane.add_node` stay Ready (and untainted) for the whole module without a kubelet.
+    The apiserver also runs GKE's ``ExtendedResourceToleration`` admission plugin: a pod asking for an
+    extended resource (``nvidia.com/gpu``) tolerates the taint of that name, as on GKE.
+    """
+    require_control_plane()
+    failed_before = request.session.testsfailed
+    with ControlPlane(scheduler=True,
+                      extra_apiserver_args=["--enable-admission-plugins=ExtendedResourceToleration"]) as cp:
         yield cp
         if request.session.testsfailed > failed_before:
             print(f"\n[controlplane] tests failed; component logs kept in {cp.logs_dir}", file=sys.stderr)
