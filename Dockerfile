@@ -11,8 +11,10 @@
 # written; the release workflow (.github/workflows/release.yml) checks, before it builds, that it
 # resolves to an index with both linux/amd64 and linux/arm64, and fails the release if not.
 #
-# Every dependency installs from a wheel on both architectures (no compiler in the image):
-# tests/unit/project/test_platforms.py resolves the set for both in the test suite.
+# Every dependency installs from a wheel on both architectures (no compiler in the image), at the
+# lock's versions with every file's sha256 checked (requirements/runtime.txt and build.txt, written
+# by `python3 scripts/lock.py`): tests/unit/project/test_platforms.py resolves that set for both
+# architectures in the test suite, and tests/unit/project/test_lock.py keeps the lock current.
 #
 # At run time: numeric non-root user, nothing written outside /tmp (bytecode is compiled at build
 # time, HOME is /tmp), so `readOnlyRootFilesystem: true` with an emptyDir on /tmp works (as in
@@ -24,6 +26,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 # Only what the package needs: .dockerignore keeps tests, docs, bench/ and deploy/ out of the context.
 WORKDIR /src
+COPY requirements/runtime.txt requirements/build.txt requirements/
 COPY pyproject.toml README.md ./
 COPY webhook/ webhook/
 COPY policies/ policies/
@@ -38,11 +41,18 @@ RUN case "$GIT_COMMIT" in \
       *) sed -i "s/^BUILD_COMMIT = None$/BUILD_COMMIT = \"$GIT_COMMIT\"/" webhook/__init__.py \
          && grep -q "^BUILD_COMMIT = \"$GIT_COMMIT\"$" webhook/__init__.py ;; \
     esac
-# gpuguard's own wheel first, then it and its dependencies from wheels only, into a venv that the
-# final stage copies at the same path (same base image, so the venv's interpreter links hold).
+# The build tools at the lock's pins, in a venv the final stage leaves behind.
+RUN python -m venv /opt/build \
+    && /opt/build/bin/pip install --only-binary=:all: --require-hashes -r requirements/build.txt
+# The dependencies at the lock's pins, from wheels only, into a venv that the final stage copies at the
+# same path (same base image, so the venv's interpreter links hold); then gpuguard's own wheel, built
+# with the pinned tools (no build isolation: nothing unpinned is fetched) and installed without
+# dependencies; `pip check` proves the locked set is complete.
 RUN python -m venv /opt/gpuguard \
-    && /opt/gpuguard/bin/pip wheel --no-deps --wheel-dir /wheels /src \
-    && /opt/gpuguard/bin/pip install --only-binary=:all: /wheels/gpuguard-*.whl \
+    && /opt/gpuguard/bin/pip install --only-binary=:all: --require-hashes -r requirements/runtime.txt \
+    && /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels /src \
+    && /opt/gpuguard/bin/pip install --no-deps /wheels/gpuguard-*.whl \
+    && /opt/gpuguard/bin/pip check \
     && /opt/gpuguard/bin/pip uninstall --yes pip \
     && /opt/gpuguard/bin/python -m compileall -q /opt/gpuguard
 

@@ -54,6 +54,31 @@ def _wants_in_cluster(kubeconfig: str | None, context: str | None) -> bool:
             and bool(os.environ.get("KUBERNETES_SERVICE_HOST")))
 
 
+DEFAULT_KUBECONFIG = "~/.kube/config"
+_NAME_ANOTHER = "pass --kubeconfig FILE (or set KUBECONFIG) to use another"
+
+
+def _tried(kubeconfig: str | None) -> tuple[list[str], str]:
+    """The kubeconfig file(s) a connection reads, and what named them (for error messages)."""
+    if kubeconfig:
+        return [kubeconfig], "--kubeconfig"
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return [p for p in env.split(os.pathsep) if p] or [env], "$KUBECONFIG"
+    return [os.path.expanduser(DEFAULT_KUBECONFIG)], f"the default, {DEFAULT_KUBECONFIG}"
+
+
+def _load_error(kubeconfig: str | None, exc: BaseException) -> KubeConfigError:
+    """``cannot load kubeconfig …`` naming the file(s) tried, where they came from and ``--kubeconfig``."""
+    files, named_by = _tried(kubeconfig)
+    where = f"{', '.join(files)} (from {named_by})"
+    if not any(os.path.exists(f) for f in files):
+        why = "no such file" if len(files) == 1 else "none of these files exists"
+        return KubeConfigError(f"cannot load kubeconfig {where}: {why}; {_NAME_ANOTHER}")
+    reason = " ".join(str(exc).split())  # the YAML parser's message spans lines: one line here
+    return KubeConfigError(f"cannot load kubeconfig {where}: {reason}; fix it, or {_NAME_ANOTHER}")
+
+
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Connection:
     """A client by the order in this module's docstring, or ``KubeConfigError`` saying why not."""
     if _wants_in_cluster(kubeconfig, context):
@@ -61,17 +86,19 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Connec
     try:
         contexts, active = _config.list_kube_config_contexts(config_file=kubeconfig)
     except (ConfigException, OSError, ValueError, yaml.YAMLError) as exc:
-        raise KubeConfigError(f"cannot load kubeconfig: {exc}") from None
+        raise _load_error(kubeconfig, exc) from None
     chosen = active
     if context:
         chosen = next((c for c in contexts if c.get("name") == context), None)
         if chosen is None:
             names = ", ".join(c.get("name", "?") for c in contexts) or "none"
-            raise KubeConfigError(f"context {context!r} not found in kubeconfig (contexts: {names})")
+            files, _ = _tried(kubeconfig)
+            raise KubeConfigError(f"context {context!r} not found in kubeconfig {', '.join(files)} "
+                                  f"(contexts: {names})")
     try:
         api = _config.new_client_from_config(config_file=kubeconfig, context=context)
     except (ConfigException, OSError, ValueError, yaml.YAMLError) as exc:
-        raise KubeConfigError(f"cannot load kubeconfig: {exc}") from None
+        raise _load_error(kubeconfig, exc) from None
     namespace = ((chosen or {}).get("context") or {}).get("namespace") or "default"
     return Connection(api, namespace, (chosen or {}).get("name") or "current")
 
@@ -81,7 +108,8 @@ def _in_cluster() -> Connection:
     try:
         _config.load_incluster_config(client_configuration=configuration)
     except ConfigException as exc:
-        raise KubeConfigError(f"no kubeconfig and no usable in-cluster service account: {exc}") from None
+        raise KubeConfigError(f"no kubeconfig and no usable in-cluster service account: {exc}; "
+                              f"{_NAME_ANOTHER}") from None
     try:
         with open(IN_CLUSTER_NAMESPACE_FILE, encoding="utf-8") as handle:
             namespace = handle.read().strip() or "default"

@@ -20,9 +20,12 @@ from gpuguard.policies import (
     inference_on_spot,
     job_limits,
     job_ttl,
+    mixed_vendors,
     priority_abuse,
     priority_class,
     schedulable,
+    server_parallelism,
+    shared_rwo_claim,
     shm_volume,
     workload_class,
 )
@@ -32,8 +35,9 @@ REGISTRY: dict[str, Policy] = {
     module.POLICY.id: module.POLICY
     for module in (
         gpu_tolerations, gpu_node_affinity, default_resources, priority_class, job_ttl, job_limits, shm_volume,
-        checkpoint_volume, gpu_memory_guard, gpu_request_shape, schedulable, gang_scheduling, inference_on_spot,
-        ephemeral_storage, priority_abuse, workload_class, idle_after_finish,
+        checkpoint_volume, gpu_memory_guard, gpu_request_shape, schedulable, mixed_vendors, server_parallelism,
+        shared_rwo_claim, gang_scheduling, inference_on_spot, ephemeral_storage, priority_abuse, workload_class,
+        idle_after_finish,
     )
 }
 

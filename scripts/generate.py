@@ -17,7 +17,8 @@ What is derived, and from what:
 * ``deploy/monitoring/prometheusrule.yaml``: the PrometheusRule holding ``deploy/monitoring/rules.yaml``'s
   groups (the rule file is what ``promtool test rules`` checks);
 * ``deploy/chart/gpuguard``: the Helm chart's templates, values and files, from the same sources as
-  ``deploy/base`` (``scripts/helm_chart.py``);
+  ``deploy/base`` (``scripts/helm_chart.py``), with ``values.schema.json`` and ``README.md`` from its
+  ``VALUE_DOCS`` (each value's type and meaning) and the values' defaults;
 * ``tests/support/cluster/crds/<kind>.yaml``: an open-schema stand-in CRD for every custom kind, which
   the e2e tests install instead of the operator (the Trainer's runtime CRDs are written by hand);
 * ``tests/kinds/<kind>/{denied,allowed}/``: a custom-rule case pair for every kind the test builders

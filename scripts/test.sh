@@ -9,7 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# At the lock's versions (requirements/constraints.txt, written by `python3 scripts/lock.py`): the same
+# packages on every machine and in CI; tests/unit/project/test_lock.py fails when they differ.
+python3 -m pip install --quiet --disable-pip-version-check -c requirements/constraints.txt -e '.[test]'
 
 # System packages the e2e and browser tests use (Debian's; root only, skipped when present).
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

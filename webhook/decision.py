@@ -141,6 +141,12 @@ class Decision:
     invalid: bool = False
 
     @property
+    def accelerators(self) -> dict[str, int]:
+        """Accelerators the whole workload asks for, by resource (``nvidia.com/gpu``: 8); {} for none."""
+        return {k: int(v) for k, v in (self.gpus_by_resource or {}).items() if v} or (
+            {"nvidia.com/gpu": self.gpus} if self.gpus else {})
+
+    @property
     def denials(self) -> list[Violation]:
         return [v for v in self.violations if v.verdict == "deny"]
 
@@ -177,6 +183,17 @@ class Decision:
         if self.error:
             entry["error"] = self.error
         return entry
+
+
+# A PolicyReport result's ``category``, the same in the scan's reports (``webhook/scan/report.py``) and the
+# audit's ``-o policyreport``: the accelerator resources the workload asks for, so Policy Reporter groups
+# findings by accelerator in both.
+NO_ACCELERATOR_CATEGORY = "no accelerator"
+
+
+def report_category(decision: Decision | None) -> str:
+    """``nvidia.com/gpu``, ``amd.com/gpu, nvidia.com/gpu`` (sorted), or ``no accelerator`` (none, or no decision)."""
+    return ", ".join(sorted(decision.accelerators if decision is not None else {})) or NO_ACCELERATOR_CATEGORY
 
 
 NOT_FULLY_CHECKED = "not-fully-checked"

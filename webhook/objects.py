@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpuguard.workloads.kinds import KINDS, lookup, runtime_of
+from gpuguard.workloads.volumes import shared_claims
 
 log = logging.getLogger("gpuguard.lookup")
 Key = tuple[str, str, str | None, str]
@@ -34,6 +35,10 @@ READABLE: dict[tuple[str, str], tuple[str, str]] = {
     **{(spec.merged_runtime.group, kind): (version, plural)
        for spec in KINDS if spec.merged_runtime is not None for kind, version, plural in spec.merged_runtime.resources},
 }
+# Core objects a policy reads one by one, never listed or watched: (group, kind) -> (version, plural).  A
+# PersistentVolumeClaim's access modes (shared-rwo-claim); the webhook needs ``get`` on them.
+READABLE_CORE: dict[tuple[str, str], tuple[str, str]] = {
+    ("", "PersistentVolumeClaim"): ("v1", "persistentvolumeclaims")}
 # Lists are cached per (group, kind, namespace or None).
 ListKey = tuple[str, str, str | None]
 
@@ -44,7 +49,7 @@ def _key_of(obj: dict) -> Key | None:
     if not isinstance(api_version, str) or not isinstance(kind, str) or not isinstance(meta.get("name"), str):
         return None
     group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
-    if (group, kind) not in READABLE:
+    if (group, kind) not in READABLE and (group, kind) not in READABLE_CORE:
         return None
     namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
     return group, kind, namespace, meta["name"]
@@ -128,11 +133,13 @@ class ApiLookup:
         from gpuguard.kubeapi.client import ApiError, KubeConfigError
 
         group, kind, namespace, name = key
-        version, plural = READABLE[(group, kind)]
+        version, plural = READABLE.get((group, kind)) or READABLE_CORE[(group, kind)]
         obj: dict | None = None
         try:
             api = self._client()
-            if namespace:
+            if not group and namespace and getattr(api, "api_client", None) is not None:
+                obj = self._core(api, version, namespace, plural, name)  # /api/v1: the custom-objects client can't
+            elif namespace:
                 obj = api.get_namespaced_custom_object(group, version, namespace, plural, name,
                                                        _request_timeout=self.TIMEOUT)
             else:
@@ -150,8 +157,18 @@ class ApiLookup:
                             obj if isinstance(obj, dict) else None)
         return self._cache[key][1]
 
+    def _core(self, api: Any, version: str, namespace: str, plural: str, name: str) -> Any:
+        """A core object (``/api/v1/namespaces/NS/PLURAL/NAME``), read as JSON."""
+        import orjson
+
+        from gpuguard.kubeapi.client import request
+
+        response = request(api.api_client, "GET", f"/api/{version}/namespaces/{namespace}/{plural}/{name}",
+                           timeout=self.TIMEOUT)
+        return orjson.loads(response.data)
+
     def __call__(self, group: str, kind: str, namespace: str | None, name: str) -> dict | None:
-        if (group, kind) not in READABLE:
+        if (group, kind) not in READABLE and (group, kind) not in READABLE_CORE:
             return None
         return self.fetch((group, kind, namespace, name))
 
@@ -209,9 +226,14 @@ class ApiLookup:
                 self.fetch(key)
         if spec.merged_runtime is not None:
             spec.merged_runtime.resolve(obj, namespace, self, self.list_objects)
+        if namespace:
+            for name in shared_claims(obj, spec):
+                self.fetch(("", "PersistentVolumeClaim", namespace, name))
 
 
 def reads_objects(obj: Any) -> bool:
-    """Whether judging ``obj`` reads other objects (a runtime), so the server prefetches them."""
+    """Whether judging ``obj`` reads other objects (a runtime, the claims its pods share), so the server
+    prefetches them."""
     spec = lookup(obj.get("apiVersion"), obj.get("kind")) if isinstance(obj, dict) else None
-    return spec is not None and (spec.runtime is not None or spec.merged_runtime is not None)
+    return spec is not None and (spec.runtime is not None or spec.merged_runtime is not None
+                                 or bool(shared_claims(obj, spec)))

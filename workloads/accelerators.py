@@ -175,6 +175,10 @@ class ProfileSpec(_Model):
     max_per_node: int | None = Field(None, ge=1, description="The most one node has (per pod cap).")
     whole_only: bool = Field(True, description="Refuse fractional requests (extended resources are integers).")
     preferred: list[Preferred] = Field(default_factory=list)
+    vendor: str | None = Field(
+        None, min_length=1, description="Who makes the device (accelerators of two vendors never share a node). "
+        "Default: the device's domain, of the profile it slices (sliceOf) if any, else of its first resource or "
+        "DeviceClass (`nvidia.com`, `amd.com`).")
     description: str = ""
 
     @model_validator(mode="after")
@@ -410,6 +414,26 @@ class Accelerators:
 
     def for_device_class(self, device_class: str) -> Profile | None:
         return self._for_class(device_class)
+
+    def vendor_of(self, profile: Profile, name: str) -> str:
+        """Who makes the device ``name`` (an extended resource or DeviceClass ``profile`` serves): the profile's
+        ``vendor``, else that of the profile it slices (``sliceOf``, followed to the whole device), else the
+        registrable domain of that profile's first resource or DeviceClass (``gpu.nvidia.com`` -> ``nvidia.com``),
+        else of ``name``."""
+        spec, seen = profile.spec, {profile.name}
+        while spec.vendor is None and spec.sizing.mode == "perSlice":
+            parent = self.by_name.get(spec.sizing.slice_of or "")
+            if parent is None or parent.name in seen:
+                break
+            seen.add(parent.name)
+            spec = parent.spec
+        if spec.vendor is not None:
+            return spec.vendor.lower()
+        for pattern in (*spec.resources, *spec.device_classes, name):
+            domain = pattern.split("/", 1)[0].lower()
+            if "." in domain and not any(ch in domain for ch in "*?["):
+                return ".".join(domain.split(".")[-2:])
+        return name.lower()
 
 
     # ------------------------------------------------------------ learned from the cluster

@@ -398,10 +398,6 @@ class WorkloadView:
         counts = self.kind.peak(self.obj, lambda role: by_role[role].gpus_per_pod if role in by_role else 0)
         return [(by_role[role], n) for role, n in counts.items() if role in by_role and n > 0]
 
-    def running(self) -> list[tuple[PodTemplate, int]]:
-        """(template, pods) running together at the heaviest moment: what ``total_gpus`` counts."""
-        return self._running
-
     def serving_groups(self) -> list[ServingGroup]:
         """Pods that run one model server together (``KindSpec.serving_groups``: LeaderWorkerSet groups,
         multi-node serving), empty where every pod runs its own servers."""

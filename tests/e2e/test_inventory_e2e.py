@@ -182,10 +182,12 @@ def test_a_gang_larger_than_the_cluster_is_denied_at_apply(cluster):
     # PyTorchJobs are not in the aggregated edit role: alice administers her namespace.
     cp.kubectl("create", "rolebinding", "alice-admin", "--clusterrole=cluster-admin", f"--user={USER}", "-n", ns)
     # 1 master + 4 workers x 8 GPUs = 40; the nodes with nvidia.com/gpu have 2 + 8 (+ 16 once the
-    # DGX-2-class node joins) = at most 26
+    # DGX-2-class node joins) = at most 26, and at most 3 whole 8-GPU pods
     result = _apply(cp, pytorchjob(ns, 4, 8))
     assert result.returncode != 0
-    assert "[schedulable]" in result.stderr and "must run together and ask 40 nvidia.com/gpu in all" in result.stderr
+    # counted in whole 8-GPU pods per node: the H100 node holds 1, the DGX-2-class node 2, the 2-GPU node none
+    assert "[schedulable]" in result.stderr and "its 5 pods must run together" in result.stderr
+    assert "it can never start whole" in result.stderr
     fits = _apply(cp, pytorchjob(ns, 0, 8))  # one pod of 8: fits the H100 node
     assert fits.returncode == 0, fits.stderr
 

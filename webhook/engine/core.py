@@ -392,6 +392,7 @@ class Engine:
         view = build_view(work, kind, self.config.accelerators, workload_class, reading,
                           decision.namespace, self.claims)
         view.inventory = self.inventory
+        view.read_object = ctx.read_object  # a claim's access modes (the webhook: cached, read before the review)
         decision.workload_class = workload_class
         decision.gpus = view.total_gpus
         decision.gpus_by_resource = view.gpus_by_resource()

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from gpuguard.webhook.decision import Decision, Violation
+from gpuguard.webhook.decision import NO_ACCELERATOR_CATEGORY, Decision, Violation, report_category
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 SOURCE = "gpuguard"
@@ -47,7 +47,7 @@ MAX_MESSAGE = 1000
 # A report far below etcd's 1.5 MiB request limit; past it, passes are dropped, then the tail of the
 # findings (one result says how many were left out).
 MAX_REPORT_BYTES = 512 * 1024
-CPU_CATEGORY = "no accelerator"
+CPU_CATEGORY = NO_ACCELERATOR_CATEGORY
 
 
 @dataclass(frozen=True)
@@ -93,11 +93,7 @@ class Outcome:
 
     @property
     def accelerators(self) -> dict[str, int]:
-        decision = self.decision
-        if decision is None:
-            return {}
-        return {k: int(v) for k, v in (decision.gpus_by_resource or {}).items() if v} or (
-            {"nvidia.com/gpu": decision.gpus} if decision.gpus else {})
+        return self.decision.accelerators if self.decision is not None else {}
 
     @property
     def relevant(self) -> bool:
@@ -147,7 +143,7 @@ def _finding(v: Violation, ts: Mapping[str, int], category: str, subject: Subjec
 def results_of(outcome: Outcome, ts: Mapping[str, int]) -> list[dict[str, Any]]:
     """The report's ``results``: worst first, then by policy in engine order."""
     subject = outcome.subject
-    category = ", ".join(sorted(outcome.accelerators)) or CPU_CATEGORY
+    category = report_category(outcome.decision)
     decision = outcome.decision
     error = outcome.error or (decision.error if decision is not None else None)
     if error or decision is None:

@@ -136,8 +136,8 @@ async def _as_workload_update(server: ServerState, req: AdmissionRequest) -> Adm
 
 
 async def _prefetch(server: ServerState, req: AdmissionRequest) -> None:
-    """A TrainJob is judged with its runtime, an InferenceService with its ServingRuntime: read them (cached)
-    before the engine, off the event loop."""
+    """A TrainJob is judged with its runtime, an InferenceService with its ServingRuntime, a multi-pod workload
+    with the claims its pods share: read them (cached) before the engine, off the event loop."""
     for obj in (req.object, req.old_object):
         if reads_objects(obj):
             await asyncio.to_thread(server.objects.prefetch, obj, req.namespace)
@@ -181,12 +181,12 @@ async def _judge(server: ServerState, endpoint: str, req: AdmissionRequest,
     """Gather what the engine reads (namespace labels, a runtime, a scaled workload) off the event loop, then
     answer in ``pool`` (the engine's threads): the event loop stays free for probes and other reviews."""
     labels = await server.namespace_labels(req)
-    if endpoint == "validate":
-        await _prefetch(server, req)
     try:
         judged = await _as_workload_update(server, req) if req.sub_resource == "scale" else req
     except scale.ScaleError as exc:
         return failure(server, req, str(exc))
+    if endpoint == "validate":  # what the judged object names: a scaled workload's too
+        await _prefetch(server, judged)
     if pool is None:
         return answer(server, endpoint, judged, labels)
     return await asyncio.get_running_loop().run_in_executor(pool, answer, server, endpoint, judged, labels)

@@ -13,12 +13,14 @@ from collections.abc import Iterator
 
 from gpuguard.workloads.kinds.spec import (
     Creates,
+    Declared,
     KindSpec,
     ListObjects,
     MergedRuntime,
     Operator,
     ReadObject,
     Resolved,
+    ServingGroup,
     TemplateRef,
 )
 from gpuguard.workloads.kinds.templates import count
@@ -103,6 +105,68 @@ def _llm_inference(obj: dict) -> Iterator[TemplateRef]:
         if isinstance(workload.get("worker"), dict):
             size = llm_group_size(workload.get("parallelism"))
             yield TemplateRef(f"{role}-worker", prefix + ("worker",), None, replicas * max(size - 1, 1))
+
+
+def _positive(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _kserve_groups(obj: dict) -> Iterator[ServingGroup]:
+    """A multi-node predictor (``workerSpec``): a head pod and ``pipelineParallelSize - 1`` workers serve one
+    model, each pod with ``tensorParallelSize`` GPUs (KServe passes both to the server)."""
+    for component in _KSERVE_CONTAINER_KEYS:
+        worker = get_path(obj, ("spec", component, "workerSpec"))
+        if not isinstance(worker, dict):
+            continue
+        where = ("spec", component, "workerSpec")
+        pp, tp = _positive(worker.get("pipelineParallelSize")), _positive(worker.get("tensorParallelSize"))
+        per_pod = Declared(tp, f"tensorParallelSize {tp}", where + ("tensorParallelSize",)) if tp else None
+        total = Declared((tp or 1) * pp, f"pipelineParallelSize {pp}" + (f" x tensorParallelSize {tp}" if tp else ""),
+                         where + ("pipelineParallelSize",)) if pp else None
+        comp = get_path(obj, ("spec", component))
+        replicas = max(count(comp.get("minReplicas")), 1, count(comp.get("maxReplicas"), 0)) \
+            if isinstance(comp, dict) else 1
+        yield ServingGroup(component, f"{component}-worker", max(count(worker.get("pipelineParallelSize")), 1),
+                           f"spec.{component}.workerSpec.pipelineParallelSize", replicas, per_pod, total)
+
+
+def _llm_groups(obj: dict) -> Iterator[ServingGroup]:
+    """Each LLMInferenceService workload (the main one at ``spec``, ``spec.prefill``) runs vLLM with its
+    ``parallelism``: multi-node (a ``worker`` template), groups of ``llm_group_size`` pods, each pod running
+    ``dataLocal`` data-parallel ranks of ``tensor`` devices (or, without data parallelism, one pipeline stage of
+    ``tensor`` devices); single-node, one pod with ``--tensor-parallel-size tensor``.  Only fields the object
+    sets are evidence: a workload without ``parallelism.tensor`` (single-node) says nothing here."""
+    for role, prefix in (("main", ("spec",)), ("prefill", ("spec", "prefill"))):
+        workload = get_path(obj, prefix)
+        if not isinstance(workload, dict) or not isinstance(workload.get("template"), dict):
+            continue
+        parallelism = workload.get("parallelism")
+        parallelism = parallelism if isinstance(parallelism, dict) else {}
+        scaling = workload.get("scaling")
+        scaling = scaling if isinstance(scaling, dict) else {}
+        replicas = count(workload.get("replicas")) if "replicas" in workload else max(
+            count(scaling.get("minReplicas")), count(scaling.get("maxReplicas"), 0))
+        at = prefix + ("parallelism",)
+        name = ".".join(at)
+        tensor = _positive(parallelism.get("tensor"))
+        tp_text = f"{name}.tensor {tensor}" if tensor else ""
+        if not isinstance(workload.get("worker"), dict):
+            if tensor:
+                yield ServingGroup(role, role, 1, name, replicas, Declared(tensor, tp_text, at + ("tensor",)))
+            continue
+        data, local = _positive(parallelism.get("data")), _positive(parallelism.get("dataLocal"))
+        pipeline = _positive(parallelism.get("pipeline"))
+        tp = tensor or 1
+        per_pod = total = None
+        if data:
+            if tensor or local:
+                per_pod = Declared(tp * (local or 1), " x ".join(t for t in (
+                    tp_text, f"{name}.dataLocal {local}" if local else "") if t), at)
+            total = Declared(tp * data, " x ".join(t for t in (tp_text, f"{name}.data {data}") if t), at)
+        elif pipeline:
+            per_pod = Declared(tp, tp_text, at + ("tensor",)) if tensor else None
+            total = Declared(tp * pipeline, " x ".join(t for t in (tp_text, f"{name}.pipeline {pipeline}") if t), at)
+        yield ServingGroup(role, f"{role}-worker", llm_group_size(parallelism), name, replicas, per_pod, total)
 
 
 # ---------------------------------------------------------------- serving runtimes
@@ -317,9 +381,9 @@ SERVING_RUNTIMES = MergedRuntime(GROUP, resolve_serving_runtime, merge_serving_r
 
 INFERENCESERVICE = KindSpec("serving.kserve.io", "InferenceService", "inferenceservices", ("v1beta1",), "inference",
                             _kserve, controllers=(Creates(KSERVE_CONTROLLER, ("apps/Deployment",)),),
-                            merged_runtime=SERVING_RUNTIMES, class_fixed=True)
+                            merged_runtime=SERVING_RUNTIMES, class_fixed=True, serving_groups=_kserve_groups)
 LLMINFERENCESERVICE = KindSpec("serving.kserve.io", "LLMInferenceService", "llminferenceservices", ("v1alpha1",),
                                "inference", _llm_inference,
                                pod_spec_paths=(("spec", "template"), ("spec", "worker"),
                                                ("spec", "prefill", "template"), ("spec", "prefill", "worker")),
-                               class_fixed=True)
+                               class_fixed=True, serving_groups=_llm_groups)

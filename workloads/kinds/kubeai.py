@@ -76,8 +76,11 @@ def _model(obj: dict) -> Iterator[TemplateRef]:
         yield TemplateRef("server", ("spec",), None, model_pods(spec), shape="kubeai")
 
 
+# KubeAI's Model CRD declares a scale subresource on spec.replicas (``kubectl scale model``, its autoscaler):
+# scaling is judged like an edit of that field.
 MODEL = KindSpec("kubeai.org", "Model", "models", ("v1",), "inference", _model,
-                 controllers=(Creates(KUBEAI_CONTROLLER, ("Pod",)),), class_fixed=True)
+                 controllers=(Creates(KUBEAI_CONTROLLER, ("Pod",)),), class_fixed=True,
+                 scale_replicas=("spec", "replicas"))
 
 
 def merged_profiles(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:

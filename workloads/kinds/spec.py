@@ -132,6 +132,39 @@ class VolumeClaims:
 
 
 @dataclass(frozen=True)
+class Declared:
+    """Accelerator devices a kind's own fields say a model server uses (``devices``), the fields and values
+    that say so as users wrote them (``parallelism.tensor 4 x parallelism.dataLocal 2``), and where."""
+
+    devices: int
+    fields: str
+    path: Path
+
+
+@dataclass(frozen=True)
+class ServingGroup:
+    """Pods that run one model server together: a LeaderWorkerSet group, a multi-node LLMInferenceService
+    workload's group (one per replica).  ``size`` pods, the first from the template of role ``leader``, the
+    others from ``worker`` (the same role where one template makes them all); ``size_field`` is the field
+    that sets the size, as users read it.  ``per_pod`` and ``total``: the devices each pod's server and the
+    whole group's server use, where the kind's own fields say (its operator passes them to the server);
+    ``None`` where only the command line can say.  A group of size 1 is a single-pod server the kind's
+    fields size.  ``replicas``: how many such groups run at once."""
+
+    leader: str
+    worker: str
+    size: int
+    size_field: str
+    replicas: int = 1
+    per_pod: Declared | None = None
+    total: Declared | None = None
+
+
+# The serving groups of an object (never raises on malformed input).
+Groups = Callable[[dict], Iterator[ServingGroup]]
+
+
+@dataclass(frozen=True)
 class TemplateSource:
     """A kind whose pod templates live in another object it names (a Kubeflow Trainer TrainJob and its
     TrainingRuntime / ClusterTrainingRuntime).  ``expand(object, named)`` builds the object that does
@@ -262,6 +295,9 @@ class KindSpec:
     # One pod on every node it can land on (a DaemonSet): with a node inventory its accelerators are
     # per pod x those nodes, not per pod x replicas.
     per_node: bool = False
+    # Pods that run one model server together (``ServingGroup``): LeaderWorkerSet groups, multi-node
+    # LLMInferenceServices.  ``None``: every pod runs its own servers.
+    serving_groups: Groups | None = field(default=None, repr=False)
     # Its operator only ever makes workloads of ``default_class`` (the serving operators make servers, Kubeflow's
     # notebook controller notebooks), whatever their containers run: the class is the kind's, not a look.
     class_fixed: bool = False

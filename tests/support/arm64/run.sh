@@ -52,7 +52,8 @@ PY
 log "aarch64 wheels into $work/site"
 python3 -m pip install -q --disable-pip-version-check --no-warn-conflicts --root-user-action=ignore --only-binary=:all: --python-version 3.11 \
     --implementation cp --abi cp311 --platform manylinux2014_aarch64 --platform manylinux_2_28_aarch64 \
-    --target "$work/site" -r "$work/requirements.txt" "$work"/wheel/gpuguard-*.whl >/dev/null
+    --target "$work/site" -c "$work/requirements/constraints.txt" -r "$work/requirements.txt" \
+    "$work"/wheel/gpuguard-*.whl >/dev/null  # at the lock's versions (scripts/lock.py)
 
 [[ $# -gt 0 ]] || set -- tests/unit/custom
 log "pytest $* on $(qemu-aarch64-static -L "$ROOT" "$ROOT/usr/bin/python3.11" -c 'import platform; print(platform.machine())')"

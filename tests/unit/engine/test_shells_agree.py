@@ -32,7 +32,7 @@ from gpuguard.webhook.config import load_config
 from gpuguard.webhook.decision import RequestContext, unresolved_as_finding
 from gpuguard.webhook.engine.core import MUTATED_BY_ANNOTATION, Engine
 from gpuguard.webhook.main import main
-from gpuguard.webhook.objects import READABLE, ApiLookup, StaticLookup
+from gpuguard.webhook.objects import READABLE, READABLE_CORE, ApiLookup, StaticLookup
 from gpuguard.workloads import claims
 from gpuguard.workloads.claims import StaticClaims
 from tests.support.asgi_client import AsgiClient, make_app
@@ -201,7 +201,7 @@ class _ObjectsApi:
                 for obj in self._objects.list_objects(g, kind, namespace)]
 
     def _found(self, group: str, plural: str, namespace: str | None, name: str) -> dict:
-        for (g, kind), (_, p) in READABLE.items():
+        for (g, kind), (_, p) in {**READABLE, **READABLE_CORE}.items():  # core kinds: a claim's access modes
             if g == group and p == plural and (obj := self._objects(g, kind, namespace, name)) is not None:
                 return obj
         raise LookupError(name)

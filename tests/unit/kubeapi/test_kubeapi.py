@@ -52,3 +52,25 @@ def test_broken_kubeconfig_is_a_clear_error(tmp_path):
         connect(str(bad))
     with pytest.raises(KubeConfigError, match="cannot load kubeconfig"):
         connect(str(tmp_path / "missing"))
+
+
+def test_a_missing_kubeconfig_names_the_file_tried_and_the_flag(tmp_path, monkeypatch):
+    """The error says which file was read, what named it, and that --kubeconfig names another."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    missing = tmp_path / "missing"
+    with pytest.raises(KubeConfigError) as flag:
+        connect(str(missing))
+    assert f"{missing} (from --kubeconfig): no such file" in str(flag.value) and "--kubeconfig FILE" in str(flag.value)
+    with pytest.raises(KubeConfigError) as default:
+        connect()
+    assert f"{tmp_path / 'home' / '.kube' / 'config'} (from the default, ~/.kube/config)" in str(default.value)
+    assert "--kubeconfig FILE" in str(default.value)
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'a'}:{tmp_path / 'b'}")
+    with pytest.raises(KubeConfigError, match=r"b \(from \$KUBECONFIG\): none of these files exists.*--kubeconfig"):
+        connect()
+    bad = tmp_path / "kc"
+    bad.write_text("clusters: [\n")
+    with pytest.raises(KubeConfigError, match=rf"cannot load kubeconfig {bad} \(from --kubeconfig\): .*--kubeconfig"):
+        connect(str(bad))

@@ -225,14 +225,80 @@ def test_toggles_drop_and_add_objects() -> None:
         assert rules == yaml.safe_load(source.read_text())
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("certificates.mode=byHand", "certificates.mode must be secret, certManager or selfManaged"),
-    ("webhook.failurePolicy=Sometimes", "webhook.failurePolicy must be Fail or Ignore"),
-    ("webhook.timeoutSeconds=60", "webhook.timeoutSeconds must be 1-30"),
+@pytest.mark.parametrize(("value", "message", "schema"), [
+    ("certificates.mode=byHand", "certificates.mode must be secret, certManager or selfManaged",
+     "at '/certificates/mode': value must be one of"),
+    ("webhook.failurePolicy=Sometimes", "webhook.failurePolicy must be Fail or Ignore",
+     "at '/webhook/failurePolicy': value must be one of"),
+    ("webhook.timeoutSeconds=60", "webhook.timeoutSeconds must be 1-30", "at '/webhook/timeoutSeconds': maximum"),
 ])
-def test_values_the_apiserver_would_refuse_fail_to_render(value: str, message: str) -> None:
+def test_values_the_apiserver_would_refuse_fail_to_render(value: str, message: str, schema: str) -> None:
+    """The schema refuses them, naming the value; the templates' own check still does where it is skipped."""
     proc = helm("template", "gpuguard", str(CHART), "--set", value, check=False)
+    assert proc.returncode != 0 and schema in proc.stderr, proc.stderr
+    proc = helm("template", "gpuguard", str(CHART), "--set", value, "--skip-schema-validation", check=False)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("value", "refused"), [
+    ("replica=3", "at '': additional properties 'replica' not allowed"),
+    ("webhook.failurPolicy=Ignore", "at '/webhook': additional properties 'failurPolicy' not allowed"),
+    ("resources.limit.cpu=2", "at '/resources': additional properties 'limit' not allowed"),
+    ("scan.enable=true", "at '/scan': additional properties 'enable' not allowed"),
+    ("tolerations[0].keys=gpu", "at '/tolerations/0': additional properties 'keys' not allowed"),
+    ("replicas=two", "at '/replicas': got string, want integer"),
+])
+def test_an_unknown_or_mistyped_value_is_refused_by_lint_and_template(value: str, refused: str) -> None:
+    """values.schema.json closes every level of the chart's values: a typo is an error, not a value Helm ignores."""
+    proc = helm("template", "gpuguard", str(CHART), "--set", value, check=False)
+    assert proc.returncode != 0 and refused in proc.stderr, proc.stderr
+    proc = helm("lint", "--strict", str(CHART), "--set", value, check=False)
+    assert proc.returncode != 0 and refused in proc.stdout + proc.stderr, proc.stdout
+    assert "1 chart(s) linted, 1 chart(s) failed" in proc.stdout + proc.stderr
+
+
+def test_the_defaults_and_every_documented_kind_of_value_pass_the_schema(tmp_path: Path) -> None:
+    """The shipped values.yaml given back as a file, and values of every shape the chart takes, are accepted."""
+    proc = helm("lint", "--strict", str(CHART), "-f", str(CHART / "values.yaml"))
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout, proc.stdout
+    own = {"global": {"imageRegistry": "r"}, "pdb": {"minAvailable": "50%"}, "affinity": None, "scan": None,
+           "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 60}],
+           "resources": {"requests": {"cpu": 0.5, "memory": "1Gi"}}, "webhook": {"url": "https://x.example:9443"}}
+    (tmp_path / "own.yaml").write_text(yaml.safe_dump(own))
+    rendered = template(extra=("-f", str(tmp_path / "own.yaml")))
+    assert rendered[("PodDisruptionBudget", "gpuguard")]["spec"]["minAvailable"] == "50%"
+
+
+def _closed_everywhere(schema: dict[str, Any], where: str = "") -> list[str]:
+    """Where an object of the chart's own lists its properties but leaves other keys open."""
+    open_at = []
+    if "properties" in schema and schema.get("additionalProperties") is not False:
+        open_at.append(where or "/")
+    for key, sub in schema.get("properties", {}).items():
+        if key != "global":
+            open_at += _closed_everywhere(sub, f"{where}/{key}")
+    if isinstance(schema.get("items"), dict):
+        open_at += _closed_everywhere(schema["items"], f"{where}/items")
+    return open_at
+
+
+def test_the_schema_and_the_chart_readme_cover_every_value_with_its_default() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+    assert _closed_everywhere(schema) == []
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+
+    def leaves(tree: dict[str, Any], node: dict[str, Any], prefix: str = "") -> None:
+        for key, value in tree.items():
+            sub = node["properties"][key]
+            if "default" not in sub:  # a group of values (image, webhook, scan ...)
+                leaves(value, sub, f"{prefix}{key}.")
+                continue
+            assert sub["default"] == value and sub["description"], f"{prefix}{key}"
+            assert f"| `{prefix}{key}` | " in readme, f"{prefix}{key} is not in the chart's README.md"
+
+    leaves(values, schema)
 
 
 def test_every_chart_file_is_generated_or_one_of_the_hand_written_few() -> None:

@@ -194,13 +194,15 @@ def test_rbac_is_least_privilege() -> None:
         {"apiGroups": ["serving.kserve.io"], "resources": ["servingruntimes", "clusterservingruntimes"],
          "verbs": ["get", "list"]},
     ]
-    # `get` on exactly the kinds whose scale subresource gpuguard validates (the workload behind a Scale)
-    # and the runtimes a TrainJob names.
+    # `get` on exactly the kinds whose scale subresource gpuguard validates (the workload behind a Scale),
+    # the runtimes a TrainJob names and the core objects policies read (a shared claim's access modes).
+    from gpuguard.webhook.objects import READABLE_CORE
     from gpuguard.workloads.kinds import KINDS
 
     gets = {(g, res) for r in role["rules"] if r["verbs"] == ["get"] for g in r["apiGroups"] for res in r["resources"]}
     runtimes = {(k.runtime.group, plural) for k in KINDS if k.runtime for _, _, plural in k.runtime.resources}
-    assert gets == {(k.group, k.plural) for k in KINDS if k.scale_replicas} | runtimes
+    core = {(group, plural) for (group, _), (_, plural) in READABLE_CORE.items()}
+    assert gets == {(k.group, k.plural) for k in KINDS if k.scale_replicas} | runtimes | core
     binding = one(objects, "ClusterRoleBinding", "gpuguard")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": "gpuguard"}
@@ -219,7 +221,9 @@ def test_priority_classes() -> None:
     assert classes["training-standard"]["preemptionPolicy"] == "Never"
     assert classes["notebook-dev"]["value"] == 1000
     assert classes["notebook-dev"]["preemptionPolicy"] == "Never"
-    assert not any(c.get("globalDefault") for c in classes.values())
+    # Never the cluster's default class; and not `globalDefault: false` either: that is the default, which the
+    # apiserver does not store, so every `kubectl apply` would report the class "configured" (GitOps drift).
+    assert not any("globalDefault" in c for c in classes.values())
 
 
 def test_base_webhooks_call_the_service_and_leave_ca_bundle_to_injection() -> None:

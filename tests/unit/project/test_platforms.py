@@ -2,13 +2,15 @@
 
 Why a resolution test: a dependency with no wheel for one architecture (or only an sdist that
 needs a compiler the slim image lacks) breaks the arm64 image or an ARM host's ``pip install``,
-and nothing else in the suite runs on that architecture.  Here pip resolves the full runtime
-dependency set of ``pyproject.toml`` for CPython 3.11 on each Linux architecture with
-``--only-binary=:all:`` (``pip install --dry-run --report``), against the package index, without
-installing anything.  The two architectures resolve in parallel (about 30 s on a cold cache); a
+and nothing else in the suite runs on that architecture.  Here pip resolves what the image
+installs, the lock's runtime set with its hashes (``requirements/runtime.txt``, written by
+``python3 scripts/lock.py``; ``--require-hashes``, as the Dockerfile runs it), for CPython 3.11 on
+each Linux architecture with ``--only-binary=:all:`` (``pip install --dry-run --report``), against
+the package index, without installing anything: every locked version has a wheel, with a locked
+hash, on both.  The two architectures resolve in parallel (about 30 s on a cold cache); a
 resolution is kept for the day in ``~/.cache/gpuguard-e2e/platforms`` under the hash of what was
-asked (requirements, Python, tags), so a second run that day reads it back instead of asking the
-index again; any change to the dependencies asks again.
+asked (the lock file, Python, tags), so a second run that day reads it back instead of asking the
+index again; any change to the lock asks again.
 
 The platform floor is glibc 2.28 (``manylinux_2_28``), on both architectures: ``cel-expr-python``
 (the CEL runtime of ``customPolicies``, chosen in ``bench/README.md``) publishes
@@ -23,6 +25,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -32,6 +35,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 ROOT = Path(__file__).resolve().parents[3]
+LOCK = ROOT / "requirements" / "runtime.txt"
 #: Docker platform -> the wheel architecture of its manylinux tags.
 ARCHITECTURES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 GLIBC_FLOOR = (2, 28)
@@ -49,7 +53,7 @@ def platform_tags(arch: str) -> list[str]:
 
 def cache_dir() -> Path:
     """Today's folder for this exact question (see the module docstring)."""
-    question = json.dumps([runtime_requirements(), PYTHON, {a: platform_tags(a) for a in ARCHITECTURES.values()}])
+    question = json.dumps([LOCK.read_text(), PYTHON, {a: platform_tags(a) for a in ARCHITECTURES.values()}])
     key = hashlib.sha256(question.encode()).hexdigest()[:16]
     root = Path(os.environ.get("GPUGUARD_E2E_CACHE", Path.home() / ".cache" / "gpuguard-e2e"))
     return root / "platforms" / f"{datetime.date.today().isoformat()}-{key}"
@@ -60,8 +64,6 @@ def resolve_all(tmp_path: Path) -> dict[str, dict]:
     cached = cache_dir()
     if all((cached / f"{arch}.json").is_file() for arch in ARCHITECTURES.values()):
         return {p: json.loads((cached / f"{arch}.json").read_text()) for p, arch in ARCHITECTURES.items()}
-    requirements = tmp_path / "requirements.txt"
-    requirements.write_text("\n".join(runtime_requirements()) + "\n")
     runs = {}
     for docker_platform, arch in ARCHITECTURES.items():
         report = tmp_path / f"{arch}.json"
@@ -70,7 +72,7 @@ def resolve_all(tmp_path: Path) -> dict[str, dict]:
                    "--implementation", "cp", "--abi", "cp" + PYTHON.replace(".", ""),
                    *(arg for tag in platform_tags(arch) for arg in ("--platform", tag)),
                    "--target", str(tmp_path / f"target-{arch}"), "--report", str(report),
-                   "-r", str(requirements)]
+                   "--require-hashes", "-r", str(LOCK)]
         runs[docker_platform] = (report, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                           text=True))
     out = {}
@@ -109,9 +111,11 @@ def test_every_runtime_dependency_installs_from_wheels_on_amd64_and_arm64(tmp_pa
         assert not misfits, f"{docker_platform}: wheels for another platform: {misfits}"
         versions[docker_platform] = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
                                      for i in installs}
-    # The same release of every package on both: no architecture silently falls back to an older
-    # version because the newest one has no wheel for it.
+    # The same release of every package on both, the locked one: no architecture silently falls back to
+    # an older version because the locked one has no wheel for it.
     assert versions["linux/amd64"] == versions["linux/arm64"]
+    locked = dict(re.findall(r"^([a-z0-9-]+)==(\S+)", LOCK.read_text(), re.M))
+    assert {name: locked.get(name) for name in versions["linux/arm64"]} == versions["linux/arm64"]
     # Native code really is per architecture (the CEL runtime among it): the check above is not vacuous.
     native = [i["download_info"]["url"] for i in reports["linux/arm64"]["install"]
               if i["metadata"]["name"] == "cel-expr-python"]

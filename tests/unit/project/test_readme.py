@@ -14,7 +14,11 @@ README = (REPO / "README.md").read_text()
 
 def test_readme_first_commands_are_install_run_and_test():
     block = README.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
-    assert block[0] == "pip install -e '.[test]' && gpuguard evaluate examples/gpu-job.yaml"
+    # The install is the test command's: at the lock's versions (requirements/, tests/unit/project/test_lock.py).
+    assert block[0] == ("pip install -c requirements/constraints.txt -e '.[test]' "
+                        "&& gpuguard evaluate examples/gpu-job.yaml")
+    assert "pip install --quiet --disable-pip-version-check -c requirements/constraints.txt -e '.[test]'" in (
+        REPO / "scripts" / "test.sh").read_text()
     assert block[1] == "bash scripts/test.sh"
     assert "bash scripts/test.sh" in (REPO / ".ci" / "run").read_text()
 

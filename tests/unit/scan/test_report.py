@@ -171,3 +171,27 @@ def test_a_huge_report_is_cut_below_the_size_limit_keeping_the_worst_and_saying_
     assert doc["results"][0]["result"] == "fail"
     assert doc["results"][-1]["result"] == "error" and "left out" in doc["results"][-1]["message"]
     assert all(r["result"] != "pass" for r in doc["results"])
+
+
+def test_the_audit_and_the_scan_give_a_workload_the_same_category(tmp_path) -> None:
+    """`gpuguard audit -o policyreport` and the scan's reports group results alike (Policy Reporter's category):
+    the accelerator resources the workload asks for, or "no accelerator"."""
+    from gpuguard.webhook.catalog import load_catalog
+    from gpuguard.webhook.cli.audit.cost import Prices
+    from gpuguard.webhook.cli.audit.formats import policyreport
+    from gpuguard.webhook.cli.audit.run import AuditReport, evaluate_all, file_context
+    from gpuguard.webhook.manifests import load
+
+    gpu = make("Job", bare_pod_spec(2), name="bert")
+    cpu = make("Job", {"restartPolicy": "Never", "containers": [cpu_container()]}, name="etl")
+    (tmp_path / "jobs.yaml").write_text(yaml.safe_dump_all([gpu, cpu]))
+    pairs = ((doc, file_context(doc.obj, "ml")) for doc in load([str(tmp_path / "jobs.yaml")]))
+    items = list(evaluate_all(pairs, ENGINE.evaluate, Prices.from_config(CONFIG)))
+    audited = policyreport.build(AuditReport(items, catalog=load_catalog(CONFIG)), now=NOW)
+    by_name = {}
+    for doc in audited:
+        for result in doc["results"]:
+            by_name.setdefault(result["resources"][0]["name"], set()).add(result["category"])
+    assert by_name["bert"] == {"nvidia.com/gpu"}
+    assert by_name["bert"] == {r["category"] for r in _report_of(gpu).report["results"]}
+    assert by_name["etl"] == {report.CPU_CATEGORY} == {"no accelerator"}

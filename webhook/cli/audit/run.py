@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from gpuguard.webhook.manifests import Document
     from gpuguard.workloads.accelerators import Accelerators
 
-# --fail-on level -> the verdicts that fail the audit (exit 1) at that level
+# --fail-on level -> the verdicts that fail the audit (exit 1) at that level: each level a policy action gives
+# (enforce -> deny, warn, audit) counts itself and everything above it; never counts nothing.
 FAILING: dict[str, frozenset[str]] = {"deny": frozenset({"deny"}), "warn": frozenset({"deny", "warn"}),
-                                      "never": frozenset()}
+                                      "audit": frozenset({"deny", "warn", "audit"}), "never": frozenset()}
 FAIL_ON = tuple(FAILING)
 VERDICTS = ("deny", "warn", "audit")
 ENGINE_ERROR = "engine-error"

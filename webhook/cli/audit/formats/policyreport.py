@@ -9,7 +9,9 @@ findings too.  One result per workload x policy, as Kyverno does:
   (low); gpuguard's own verdict is in ``properties.action``;
 - a policy that would only change the workload is ``pass`` (the webhook fixes it) with
   ``properties.mutated: "true"`` and the changes in the message;
-- no finding is ``pass``; an exempt workload is ``skip``; an unreadable input is ``error``.
+- no finding is ``pass``; an exempt workload is ``skip``; an unreadable input is ``error``;
+- ``category`` is the accelerator resources the workload asks for (``nvidia.com/gpu``, or ``no accelerator``),
+  as in the scan's reports: ``report_category``, one function for both.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gpuguard.webhook.cli.audit import mutation
 from gpuguard.webhook.cli.audit.formats import RenderOptions, write_all
 from gpuguard.webhook.cli.audit.formats.spool import Spool
 from gpuguard.webhook.cli.audit.run import AuditItem, AuditReport
+from gpuguard.webhook.decision import NO_ACCELERATOR_CATEGORY, report_category
 from gpuguard.workloads.kinds import lookup
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
@@ -42,7 +45,7 @@ def _resource(item: AuditItem) -> dict[str, Any]:
 
 
 def _result(policy: str, result: str, message: str, timestamp: dict[str, int], *, severity: str | None = None,
-            category: str = "GPU workloads", resources: list[dict[str, Any]] | None = None,
+            category: str = NO_ACCELERATOR_CATEGORY, resources: list[dict[str, Any]] | None = None,
             properties: dict[str, str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"source": SOURCE, "policy": policy, "rule": policy, "category": category,
                            "result": result, "scored": True, "timestamp": dict(timestamp),
@@ -59,17 +62,18 @@ def _result(policy: str, result: str, message: str, timestamp: dict[str, int], *
 def _workload_results(item: AuditItem, report: AuditReport, ts: dict[str, int]) -> list[dict[str, Any]]:
     where = {"source": item.doc.location}
     resources = [_resource(item)]
+    category = report_category(item.decision)
     if item.error:
-        return [_result(SOURCE, "error", item.error, ts, resources=resources, properties=where)]
+        return [_result(SOURCE, "error", item.error, ts, category=category, resources=resources, properties=where)]
     if item.decision is not None and item.decision.skipped:
         if lookup(item.api_version, item.kind) is None:
             return []  # ConfigMaps, Services ...: nothing gpuguard has an opinion on
-        return [_result(SOURCE, "skip", item.decision.skipped, ts, resources=resources, properties=where)]
+        return [_result(SOURCE, "skip", item.decision.skipped, ts, category=category, resources=resources,
+                        properties=where)]
     out = []
     changes = "; ".join(mutation.describe_changes(item.patch))
     for pid in report.policy_ids():
         info = report.catalog.get(pid)
-        category = f"gpuguard {info.phase}" if info else "gpuguard"
         found = [v for v in item.violations if v.policy == pid]
         for v in found:
             result, severity = RESULTS.get(v.verdict, ("warn", "low"))

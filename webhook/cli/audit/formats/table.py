@@ -175,7 +175,7 @@ def _verdict_line(report: AuditReport, s: dict) -> Text:
     if code == 2:
         why = "the audit is incomplete: some inputs could not be read or evaluated"
     elif code == 1:
-        counted = "deny" if report.fail_on == "deny" else "deny and warn"
+        counted = {"deny": "deny", "warn": "deny and warn"}.get(report.fail_on, "deny, warn and audit")
         why = f"{counted} findings present (--fail-on {report.fail_on})"
     else:
         why = f"nothing at or above --fail-on {report.fail_on}"
