@@ -7,7 +7,8 @@ the pods that did start hold their GPUs.  A ReadWriteOncePod claim serves one po
 
 The claim's access modes are read from the input (a PersistentVolumeClaim in the same manifests, a
 fixture's ``objects.yaml``) or, in the webhook, from the cluster (cached reads made before the review,
-``gpuguard.webhook.objects``).  A claim whose modes can't be read is not judged (nothing is said).  Pods
+``gpuguard.webhook.objects``).  A claim whose modes can't be read (not in the input, not found) is not
+judged but said: a "not fully checked" warning naming it.  Pods
 are those the view runs at once; claims a controller makes per pod (StatefulSet ``volumeClaimTemplates``,
 generic ephemeral volumes) are each pod's own and never shared.  Where the pods' accelerators can't fit on
 one node (the largest eligible node of the inventory, else the profile's ``maxPerNode``) some pods surely
@@ -131,7 +132,12 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
         if pods <= 1:
             continue
         modes = _modes(view, name)
-        if modes is None or modes & MULTI_NODE:
+        if modes is None:  # not in the input, not found or not readable in the cluster: said, never passed
+            yield Finding(use.path, f"not fully checked: {pods} pods mount claim {name!r}, whose access modes "
+                          "could not be read (if ReadWriteOnce, pods on other nodes never start)",
+                          "include the claim in the input, or create it before the workload", advisory=True)
+            continue
+        if modes & MULTI_NODE:
             continue
         if "ReadWriteOncePod" in modes:
             yield Finding(use.path, f"{pods} pods mount ReadWriteOncePod claim {name!r}: only one can ever start",
@@ -157,7 +163,8 @@ POLICY = ValidatingPolicy(
     description="Denies a multi-pod GPU workload whose pods mount one ReadWriteOncePod claim, or one ReadWriteOnce "
     "claim where their accelerators can't fit on one node (the largest eligible node, else the profile's "
     "`maxPerNode`); warns where they merely might land on several. Access modes come from the claim in the input "
-    "or the cluster; a claim that can't be read is not judged, and per-pod claims (claim templates) are fine.",
+    "or the cluster; a claim that can't be read is reported not fully checked (a warning), and per-pod claims "
+    "(claim templates) are fine.",
     rationale="A ReadWriteOnce volume attaches to one node: pods elsewhere hang in ContainerCreating with a "
     "Multi-Attach error while the pods that started hold their GPUs.",
     cpu_scope=accelerator_objects_only,

@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from gpuguard.webhook.cli.common import set_program
 from gpuguard.webhook.exitcodes import ExitCode
 
 
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     if argv is None and os.environ.get("_ARGCOMPLETE"):
         _complete_and_exit(prog)
     argv = sys.argv[1:] if argv is None else argv
+    set_program(prog)
     parser = build_parser(chosen_verb(argv) or "", prog)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

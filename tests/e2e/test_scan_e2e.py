@@ -188,6 +188,36 @@ def test_reports_appear_for_the_workloads_users_wrote_naming_the_policies_they_b
     assert metrics['gpuguard_scan_report_writes_total{operation="create"}'] == 5
 
 
+def test_the_scan_logs_one_json_object_a_line_as_the_server_does(env: Env) -> None:
+    """One log pipeline parses both Deployments: every line the scan writes is a JSON object with the server's
+    fields (ts, level, logger, msg), the scan's own events among them."""
+    env.scan.wait_metric("gpuguard_scan_full_passes_total", lambda v: v >= 1)
+    lines = [line for line in env.scan.log.read_text().splitlines() if line.strip()]
+    entries = [json.loads(line) for line in lines]
+    assert entries and all({"ts", "level", "logger", "msg"} <= set(e) for e in entries), lines[:5]
+    assert any(e["logger"].startswith("gpuguard.scan") for e in entries), lines[:5]
+
+
+def test_a_released_lease_is_taken_by_the_stand_by_at_once_and_the_old_holder_stands_by(env: Env) -> None:
+    """What the client library's election can't do (tests/unit/scan/test_lease_choice.py): a clean shutdown
+    hands over in one round instead of a lease duration, and the one that let go is a candidate again."""
+    from gpuguard.webhook.cli.audit.cluster import connect
+    from gpuguard.webhook.scan.lease import Lease
+
+    api = connect(str(env.cp.kubeconfig), None).api
+    a = Lease(api, env.ns, "handover", "a", duration=30)
+    b = Lease(api, env.ns, "handover", "b", duration=30)
+    assert a.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    started = time.monotonic()
+    a.release()
+    assert b.try_acquire_or_renew(), "the stand-by did not take the released lease"
+    handover = time.monotonic() - started
+    print(f"\n[e2e] lease handover after release: {handover:.2f} s (the lease duration is 30 s)")
+    assert not a.try_acquire_or_renew() and not a.leading  # a stands by while b leads
+    spec = env.cp.kubectl_json("get", "lease", "handover", "-n", env.ns)["spec"]
+    assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
+
+
 def test_the_scan_deployment_and_service_are_accepted_by_the_apiserver(env: Env) -> None:
     applied = env.cp.kubectl("apply", "-k", str(ROOT / "deploy" / "scan"), "--dry-run=server", "-o", "name")
     assert {"deployment.apps/gpuguard-scan", "service/gpuguard-scan-metrics",

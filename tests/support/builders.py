@@ -23,6 +23,17 @@ def gpu_container(gpus: int = 1, name: str = "trainer", **extra: Any) -> dict:
     return container
 
 
+def container(image: str, command: list[str] | None = None, args: list[str] | None = None,
+              resources: dict | None = None, name: str = "main", **extra: Any) -> dict:
+    """A container written as a sample writes it: only the fields given appear (no resources unless given)."""
+    body: dict = {"name": name, "image": image}
+    for key, value in (("resources", resources), ("command", command), ("args", args)):
+        if value is not None:
+            body[key] = value
+    body.update(extra)
+    return body
+
+
 def cpu_container(name: str = "app") -> dict:
     return {"name": name, "image": "nginx:1.27"}
 

@@ -4,7 +4,7 @@ import time
 from collections.abc import Callable
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 15, what: str = "condition") -> object:
+def wait_for(predicate: Callable[[], object], timeout: float = 60, what: str = "condition") -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = predicate()

@@ -149,8 +149,28 @@ def print_whole(console: Console, *renderables: Any, stream: TextIO | None = Non
         (stream or sys.stdout).write("".join(line.rstrip() + "\n" for line in text.splitlines()))
 
 
+# The command as the user typed it: ``kubectl gpuguard`` when kubectl runs the plugin, so that its error lines
+# name what docs/cli.md names (set once by ``gpuguard.webhook.main.main``).
+_program = ["gpuguard"]
+
+
+def set_program(name: str) -> None:
+    """Name the command in every error and note line of this process (``gpuguard`` or ``kubectl gpuguard``)."""
+    _program[0] = name
+
+
+def program() -> str:
+    """The command's name as typed: the prefix of every ``error``/``note`` line."""
+    return _program[0]
+
+
 def error(message: str) -> None:
-    print(f"gpuguard: error: {message}", file=sys.stderr)
+    print(f"{program()}: error: {message}", file=sys.stderr)
+
+
+def note(message: str) -> None:
+    """A line on stderr that is not an error (what was skipped, what a default means)."""
+    print(f"{program()}: {message}", file=sys.stderr)
 
 
 def guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from gpuguard.webhook.cli.common import add_common_flags
+from gpuguard.webhook.cli.common import add_common_flags, error, note
 from gpuguard.webhook.exitcodes import ExitCode
 from gpuguard.workloads.kinds import KindSpec, all_kinds
 
@@ -284,8 +284,8 @@ def _filters_or_error(config_path: str | None, nodes_path: str | None = None) ->
             raise WebhookConfigError(f"--nodes: {exc}") from None
     filters = filters_from(config)
     if filters.scope.everything:
-        print("gpuguard: note: no accelerator matchConditions, every intercepted object reaches the webhook: "
-              f"{filters.scope.reason}", file=sys.stderr)
+        note("note: no accelerator matchConditions, every intercepted object reaches the webhook: "
+             f"{filters.scope.reason}")
     return filters
 
 
@@ -309,7 +309,7 @@ def cmd_webhook_config(args: argparse.Namespace) -> int:
             scale_failure_policy=args.scale_failure_policy, exclude_namespaces=args.exclude_namespace,
         )
     except WebhookConfigError as exc:
-        print(f"gpuguard: error: {exc}", file=sys.stderr)
+        error(str(exc))
         return ExitCode.USAGE
     if args.format == "json":  # as `kubectl get -o json` prints several objects: a List
         import orjson

@@ -8,7 +8,6 @@ before.  See docs/reports.md.
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 from typing import Any
 
@@ -59,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
     except ClusterError as exc:
         error(str(exc))
         return ExitCode.USAGE
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # One JSON object a line, as the server logs: one log pipeline parses both Deployments.
+    from gpuguard.webhook.server.logs import configure as json_logs
+
+    json_logs("info")
     settings = Settings(config=args.config, lease_namespace=args.lease_namespace or conn.namespace,
                         lease_name=args.lease_name, identity=args.identity, resync=args.resync, settle=args.settle,
                         page_size=args.page_size, write_qps=args.write_qps, write_burst=args.write_burst,

@@ -8,6 +8,14 @@ an expired lease cannot both win: the apiserver answers the second with 409 Conf
 A holder that cannot renew steps down after ``renew_deadline`` (shorter than the lease duration), so
 it has stopped writing before anybody else can acquire the lease.  On a clean shutdown it releases
 the lease (empty holder) so a stand-by takes over at once.
+
+Why not the Kubernetes client's own ``kubernetes.leaderelection`` (compared for issue 35): its
+``LeaderElection.run()`` blocks its thread in ``while True`` loops with no way to stop it from outside and
+no release, so a scan pod on SIGTERM could neither finish its write nor hand over, and every rollout
+would leave reports unwritten for a whole lease duration (here the stand-by leads within a round:
+``tests/e2e/test_scan_e2e.py`` measures it); and once it fails to renew, ``run()`` returns for good,
+where a scan must stand by again.  ``tests/unit/scan/test_lease_choice.py`` fails when the library gains
+a stop or release, the moment to compare again.
 """
 
 from __future__ import annotations

@@ -187,13 +187,54 @@ def truncate(text: str, limit: int) -> str:
 
 
 def warning_text(violation: Violation) -> str:
-    """A warning kubectl prints as one line: the full sentence when it fits, else the short form."""
+    """A warning kubectl prints whole as one line (at most 256 characters), never without its fix.
+
+    The full sentence when it is short; past the soft limit the field path goes (the audit CLI shows it); past
+    the hard limit the fix comes first, whole, then as much of the reason as fits and the command that shows
+    the rest, so that a cut never takes what the user has to do.
+    """
     full = _one_line(violation.text)
     if len(full) <= WARNING_SOFT_LIMIT:
         return full
-    # Past the soft limit, drop the field path (the audit CLI shows it) before cutting words.
     short = _one_line(f"[{violation.policy}] {violation.message}; {violation.fix}")
-    return truncate(short if len(short) < len(full) else full, WARNING_HARD_LIMIT)
+    if len(short) <= WARNING_HARD_LIMIT:
+        return short if len(short) < len(full) else full
+    return fix_first(violation)
+
+
+def fix_first(violation: Violation) -> str:
+    """``[policy] fix: …. Why: …; more: kubectl gpuguard explain POLICY`` within the hard limit.
+
+    A fix of several alternatives (``a; or, b; if …, c``) that does not fit keeps its first alternatives whole,
+    as many as fit (within the first, whole items of its list: ``add a Kueue queue label (…), …``); the rest
+    is one command away.
+    """
+    more = f"; more: kubectl gpuguard explain {violation.policy}"
+    prefix = f"[{violation.policy}] fix: "
+    fix = _fitted_fix(_one_line(violation.fix).rstrip("."), WARNING_HARD_LIMIT - len(prefix) - len(more) - 1)
+    head = prefix + fix + ("" if fix.endswith("…") else ".")
+    room = WARNING_HARD_LIMIT - len(head) - len(more) - len(" Why: ")
+    if room < 24:  # no room left for a reason worth reading: the fix and the command
+        return head + more
+    return f"{head} Why: {truncate(_one_line(violation.message), room)}{more}"
+
+
+def _fitted_fix(fix: str, room: int) -> str:
+    """The longest run of whole leading alternatives of ``fix`` within ``room`` (``…`` marks what was left)."""
+    if len(fix) <= room:
+        return fix
+    for separator in ("; ", ", "):
+        parts = fix.split(separator)
+        kept = ""
+        for part in parts:
+            longer = f"{kept}{separator}{part}" if kept else part
+            if len(longer) + 1 > room:
+                break
+            kept = longer
+        if kept:
+            return kept + "…"
+        fix = parts[0]  # the first alternative alone is too long: its list items next
+    return truncate(fix, room)
 
 
 def change_warning(change: Change) -> str:

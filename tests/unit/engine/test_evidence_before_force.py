@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from gpuguard.webhook.decision import RequestContext
+from tests.support.builders import container
 from tests.support.engines import engine_with
 
 ENGINE = engine_with()
@@ -19,15 +20,8 @@ CKPT_VOLUME = [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}]
 
 def _container(name: str, image: str, command: list[str] | None = None, args: list[str] | None = None,
                gpus: int = 8, **extra: object) -> dict:
-    body: dict = {"name": name, "image": image}
-    if gpus:
-        body["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
-    if command is not None:
-        body["command"] = command
-    if args is not None:
-        body["args"] = args
-    body.update(extra)
-    return body
+    resources = {"limits": {"nvidia.com/gpu": gpus}} if gpus else None
+    return container(image, command, args, resources, name, **extra)
 
 
 def _pod_spec(*containers: dict, checkpoints: bool = False, **spec: object) -> dict:

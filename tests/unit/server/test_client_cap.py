@@ -14,7 +14,7 @@ import ssl
 import time
 from pathlib import Path
 
-from tests.support.server import gpu_job, metric_value, review, serve
+from tests.support.server import STARTUP_BOUND, gpu_job, metric_value, review, serve
 
 CAP, PER_CLIENT = 8, 4
 HOSTILE = "127.0.0.2"  # Linux routes all of 127.0.0.0/8 to loopback: a second client address
@@ -43,7 +43,7 @@ def test_idle_connections_from_one_address_leave_capacity_for_others(tmp_path):
         try:
             # Wait (bounded) until the server has seen every handshake: the ones over the per-client cap
             # are counted as closed for it.
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + STARTUP_BOUND
             while _refused_for_client_cap(server) < CAP + 2 - PER_CLIENT and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert _refused_for_client_cap(server) == CAP + 2 - PER_CLIENT

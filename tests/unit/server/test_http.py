@@ -18,7 +18,7 @@ from gpuguard.webhook.decision import RequestContext
 from gpuguard.webhook.engine.core import Engine
 from tests.support.server import Server, decoded_patch, gpu_job, metric_value, review, serve
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)  # a bound for a hung server, far above a busy machine's slowest run
 
 
 @pytest.fixture(scope="module")

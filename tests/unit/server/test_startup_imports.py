@@ -23,9 +23,9 @@ import httpx
 import orjson
 import pytest
 
-from tests.support.server import REPO, _env, free_port, gpu_job, issue_certs, review
+from tests.support.server import REPO, REQUEST_BOUND, STARTUP_BOUND, _env, free_port, gpu_job, issue_certs, review
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)  # a bound for a hung server, far above a busy machine's slowest run
 
 # Runs ``gpuguard serve`` as the console script does; once it has stopped, the loaded modules go to argv[1].
 # (uvicorn re-raises the SIGTERM it handled after its graceful shutdown, with the handler installed before it.)
@@ -72,9 +72,9 @@ class ModulesServer:
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(argv, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT)
         self.client = httpx.Client(base_url=f"https://127.0.0.1:{port}",
-                                   verify=ssl.create_default_context(cafile=str(ca)), timeout=10)
+                                   verify=ssl.create_default_context(cafile=str(ca)), timeout=REQUEST_BOUND)
 
-    def wait_ready(self, timeout: float = 30) -> None:
+    def wait_ready(self, timeout: float = STARTUP_BOUND) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text(errors="replace")

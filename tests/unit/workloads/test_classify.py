@@ -9,6 +9,7 @@ import pytest
 from gpuguard.webhook.engine.core import Engine
 from gpuguard.workloads import kinds
 from gpuguard.workloads.classify import MAX_TEXT, infer, relabel
+from tests.support.builders import container
 from tests.support.engines import engine_with
 
 GPU = {"limits": {"nvidia.com/gpu": 8}}
@@ -17,13 +18,7 @@ TPU = {"limits": {"google.com/tpu": 4}}
 
 def _c(image: str, command: list[str] | None = None, args: list[str] | None = None, resources: dict | None = None,
        name: str = "main", **extra) -> dict:
-    body: dict = {"name": name, "image": image, "resources": resources or GPU}
-    if command is not None:
-        body["command"] = command
-    if args is not None:
-        body["args"] = args
-    body.update(extra)
-    return body
+    return container(image, command, args, resources or GPU, name, **extra)
 
 
 def _pod(*containers: dict, **spec) -> dict:

@@ -31,6 +31,7 @@ from gpuguard.webhook.cli.common import (
     guard,
     load_config_or_exit,
     manifest_paths,
+    note,
     with_nodes_or_exit,
 )
 from gpuguard.webhook.exitcodes import ExitCode
@@ -102,7 +103,7 @@ def _positive(text: str) -> int:
 
 def _note(args: argparse.Namespace, message: str) -> None:
     if not args.quiet:
-        print(f"gpuguard: {message}", file=sys.stderr)
+        note(message)
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:

@@ -1,0 +1,76 @@
+"""Warnings fit what kubectl prints (256 characters, one line) and keep their fix whole.
+
+Checked over every finding the policy fixtures produce (``tests/policies``), as the webhook would send each as
+a warning, and over findings written to be too long."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuguard.webhook import suite
+from gpuguard.webhook.decision import Violation
+from gpuguard.webhook.server.envelope import WARNING_HARD_LIMIT, warning_text
+
+FIXTURES = Path(__file__).resolve().parents[2] / "policies"
+
+
+def _fixture_violations() -> list[tuple[str, Violation]]:
+    found = []
+    for case in suite.discover([FIXTURES]):
+        decision = suite.run_case(case).decision
+        for violation in decision.violations if decision is not None else []:
+            found.append((str(case.path.relative_to(FIXTURES)), violation))
+    return found
+
+
+VIOLATIONS = _fixture_violations()
+
+
+def test_the_fixtures_produce_findings_to_check():
+    assert len(VIOLATIONS) > 100
+    assert len({v.policy for _, v in VIOLATIONS}) >= 10
+
+
+def _first_alternative(fix: str) -> str:
+    """What a fix must keep whole: its first alternative, or the first item of that one's list."""
+    first = fix.rstrip(".").split("; ")[0]
+    return first if len(first) < 150 else first.split(", ")[0]
+
+
+def test_every_fixture_finding_fits_kubectl_whole_with_its_fix():
+    cut = 0
+    for where, violation in VIOLATIONS:
+        text = warning_text(violation)
+        fix = " ".join(violation.fix.rstrip(".").split())
+        assert len(text) <= WARNING_HARD_LIMIT, (where, text)
+        assert "\n" not in text
+        assert _first_alternative(fix) in text, (where, text)
+        if fix not in text or violation.message not in text:  # cut: the command that shows the rest ends it
+            assert text.startswith(f"[{violation.policy}] fix: "), (where, text)
+            assert text.endswith(f"; more: kubectl gpuguard explain {violation.policy}"), (where, text)
+            cut += 1
+    assert cut, "no fixture finding is long enough to be cut: the fix-first form is untested"
+
+
+@pytest.mark.parametrize("message_length", [300, 2000])
+def test_a_long_reason_is_cut_after_the_fix_and_points_to_explain(message_length):
+    fix = "mount a persistentVolumeClaim at /checkpoints or set CHECKPOINT_URI to an object store"
+    violation = Violation("checkpoint-volume", "warn", "spec.template.spec.containers[0]", "x" * message_length, fix,
+                          target="trainer")
+    text = warning_text(violation)
+    assert len(text) <= WARNING_HARD_LIMIT
+    assert text.startswith(f"[checkpoint-volume] fix: {fix}. Why: xxx")
+    assert "…" in text and text.endswith("; more: kubectl gpuguard explain checkpoint-volume")
+
+
+def test_a_short_finding_is_sent_as_written():
+    violation = Violation("shm-volume", "warn", "spec.volumes", "no /dev/shm", "add an emptyDir at /dev/shm")
+    assert warning_text(violation) == violation.text
+
+
+def test_a_fix_longer_than_the_line_is_cut_but_still_points_to_explain():
+    violation = Violation("job-limits", "warn", "spec", "m", "y" * 400)
+    text = warning_text(violation)
+    assert len(text) <= WARNING_HARD_LIMIT and text.endswith("; more: kubectl gpuguard explain job-limits")
