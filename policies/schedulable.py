@@ -210,9 +210,17 @@ def _gang(view: WorkloadView, inventory: Inventory) -> Finding | None:
 
 def _not_now(finding: Finding) -> Finding:
     """What only cordoned nodes can host pends until they are uncordoned: a warning, not a denial."""
-    return Finding(finding.path, finding.message.replace("it would pend forever", "it would pend now").replace(
-        "it can never start whole", "it can't start whole now") + "; only cordoned nodes can take it",
-        "wait for the nodes to be uncordoned, or " + finding.fix, finding.target, advisory=True)
+    # what the user is told first (kubectl shows a warning's first 256 characters): "now", and why
+    message = finding.message
+    for never, now in ((": it would pend forever", "it would pend now"),
+                       (": it can never start whole", "it can't start whole now")):
+        if message.endswith(never):
+            message = f"{now}, only cordoned nodes can take it: {message[:-len(never)]}"
+            break
+    else:
+        message += "; only cordoned nodes can take it now"
+    return Finding(finding.path, message, "wait for the nodes to be uncordoned, or " + finding.fix, finding.target,
+                   advisory=True)
 
 
 def _judge(view: WorkloadView, inventory: Inventory, settings: Settings) -> Iterator[Finding]:

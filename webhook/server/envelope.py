@@ -24,6 +24,7 @@ API_VERSION = "admission.k8s.io/v1"
 # over 256 each may be truncated, the whole set is capped near 4096).
 WARNING_SOFT_LIMIT = 120
 WARNING_HARD_LIMIT = 256
+REASON_KEPT = 60  # characters of a long warning's reason kept beside its fix (envelope.fix_first)
 WARNINGS_TOTAL_LIMIT = 4000
 AUDIT_VALUE_LIMIT = 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
@@ -211,12 +212,16 @@ def fix_first(violation: Violation) -> str:
     """
     more = f"; more: kubectl gpuguard explain {violation.policy}"
     prefix = f"[{violation.policy}] fix: "
-    fix = _fitted_fix(_one_line(violation.fix).rstrip("."), WARNING_HARD_LIMIT - len(prefix) - len(more) - 1)
+    message = _one_line(violation.message)
+    # room kept for the start of the reason, which says what is wrong ("this Deployment is not in gpuguard's
+    # shape"): a long fix gives up its later alternatives first
+    reason = len(" Why: ") + min(REASON_KEPT, len(message))
+    fix = _fitted_fix(_one_line(violation.fix).rstrip("."), WARNING_HARD_LIMIT - len(prefix) - len(more) - 1 - reason)
     head = prefix + fix + ("" if fix.endswith("…") else ".")
     room = WARNING_HARD_LIMIT - len(head) - len(more) - len(" Why: ")
     if room < 24:  # no room left for a reason worth reading: the fix and the command
         return head + more
-    return f"{head} Why: {truncate(_one_line(violation.message), room)}{more}"
+    return f"{head} Why: {truncate(message, room)}{more}"
 
 
 def _fitted_fix(fix: str, room: int) -> str:

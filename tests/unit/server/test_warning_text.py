@@ -36,7 +36,7 @@ def test_the_fixtures_produce_findings_to_check():
 def _first_alternative(fix: str) -> str:
     """What a fix must keep whole: its first alternative, or the first item of that one's list."""
     first = fix.rstrip(".").split("; ")[0]
-    return first if len(first) < 150 else first.split(", ")[0]
+    return first if len(first) < 100 else first.split(", ")[0]
 
 
 def test_every_fixture_finding_fits_kubectl_whole_with_its_fix():
