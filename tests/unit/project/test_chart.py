@@ -303,12 +303,9 @@ def test_the_schema_and_the_chart_readme_cover_every_value_with_its_default() ->
 
 def test_every_chart_file_is_generated_or_one_of_the_hand_written_few() -> None:
     """The generated-files check covers the chart: nothing in it escapes ``scripts/generate.py --check``."""
-    import importlib.util
+    from tests.support.paths import load_script
 
-    spec = importlib.util.spec_from_file_location("gpuguard_generate", REPO / "scripts" / "generate.py")
-    assert spec is not None and spec.loader is not None
-    generate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generate)
+    generate = load_script("generate")
     generated = {path for path in generate.helm_chart() if path.startswith("deploy/chart/")}
     hand_written = {f"deploy/chart/gpuguard/{name}" for name in
                     (".helmignore", "templates/_helpers.tpl", "templates/NOTES.txt")}

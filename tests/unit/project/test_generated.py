@@ -9,18 +9,13 @@ one guard against a hand edit or a forgotten regeneration; it names the stale fi
 
 from __future__ import annotations
 
-import importlib.util
 from types import ModuleType
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, load_script
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpuguard_generate", REPO / "scripts" / "generate.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("generate")
 
 
 def test_every_generated_file_is_up_to_date() -> None:

@@ -12,7 +12,6 @@ other versions).  Then the installers must use it: the test command, the image a
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -23,18 +22,14 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, load_script
 
 FIX = "run `python3 scripts/lock.py` (and `python3 -m pip install -c requirements/constraints.txt -e '.[test]'`)"
 
 
 @cache
 def lock_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpuguard_lock", REPO / "scripts" / "lock.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("lock")
 
 
 @dataclass(frozen=True)
