@@ -57,6 +57,8 @@ class Finding:
 
     ``advisory`` findings are never stronger than ``warn`` (e.g. memory per GPU under the
     floor), whatever the policy's action: the policy denies only what would really fail.
+    ``idle``: devices (resource, count) the finding says sit unused for as long as the workload runs, so the
+    audit's cost at risk prices those devices alone (``gpuguard.webhook.cli.audit.cost``).
     """
 
     path: Path
@@ -64,6 +66,7 @@ class Finding:
     fix: str
     target: str = ""
     advisory: bool = False
+    idle: tuple[tuple[str, int], ...] = ()
 
 
 class MutateFn(Protocol):

@@ -33,8 +33,9 @@ from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
 from gpuguard.workloads.accelerators import Accelerators
-from gpuguard.workloads.inventory import PRODUCT_LABELS, Inventory, NodeGroup
+from gpuguard.workloads.inventory import Inventory, NodeGroup
 from gpuguard.workloads.paths import child_dict, child_list, dicts
+from gpuguard.workloads.prices import PRODUCT_LABELS
 from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 

@@ -18,10 +18,18 @@ known only by its image (``args`` for the vLLM or TGI image's own entrypoint) is
 Only the devices of the container running the server count (a container sees its own devices only);
 devices that come from DRA claims or whose units are not one rank each (``skipResources``: a Neuron
 device holds several NeuronCores) are not compared.
+
+A RayService's Serve applications (``serveConfigV2``, read by ``gpuguard.workloads.rayserve``) are weighed
+against the Ray cluster it brings: a replica's ``engine_kwargs`` tensor x pipeline parallelism, placement
+bundles or ``ray_actor_options.num_gpus`` that no pod (an actor, ``STRICT_PACK``) or the whole cluster can hold,
+or minimum replicas beyond it, never start (deny); a cluster that doesn't autoscale and holds more GPUs than every
+engine uses at its maximum keeps the rest idle (warn).  Idle devices are priced by the config's ``cost`` table,
+the one the audit's cost at risk uses, so the warning and the audit name the same figure.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Iterator
@@ -33,6 +41,8 @@ from pydantic import Field
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads.classify import MAX_TEXT
 from gpuguard.workloads.kinds.spec import ServingGroup
+from gpuguard.workloads.prices import Prices, pinned_products, usd
+from gpuguard.workloads.rayserve import RayServe
 from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
 
 HOURS_PER_DAY = 24
@@ -335,8 +345,32 @@ def _held(dev: int, resources: str) -> str:
     return f"{dev} {resources}" if dev else "no accelerator"
 
 
+@dataclass(frozen=True)
+class Pricing:
+    """What idle devices cost a day, by the config's price table (``cost``) and the products the pods pin."""
+
+    prices: Prices | None
+    products: tuple[str, ...] = ()
+
+    def idle(self, resources: str, count: int) -> tuple[tuple[tuple[str, int], ...], str]:
+        """(the idle devices by resource, the words that say what they cost): ``48 device-hours a day (~$192)``,
+        the dollars only where the devices are of one priced resource."""
+        hours = f"{count * HOURS_PER_DAY} device-hours a day"
+        if not resources or "+" in resources:
+            return (), hours
+        devices = ((resources, count),)
+        cost = self.prices.per_day(dict(devices), self.products) if self.prices is not None else None
+        return devices, hours if cost is None else f"{hours} (~{usd(cost)})"
+
+
+def _pricing(view: WorkloadView, *templates: PodTemplate | None) -> Pricing:
+    accelerators = view.accelerators
+    products = (p for t in templates if t is not None for p in pinned_products(t.spec))
+    return Pricing(accelerators.prices if accelerators is not None else None, tuple(dict.fromkeys(products)))
+
+
 def _pod_findings(container: Container, need: int, what: str, pods: int, advisory: bool,
-                  settings: Settings) -> Iterator[Finding]:
+                  settings: Settings, pricing: Pricing) -> Iterator[Finding]:
     found = _devices(container, settings)
     if found is None:
         return
@@ -350,9 +384,10 @@ def _pod_findings(container: Container, need: int, what: str, pods: int, advisor
     elif need < dev:
         idle = (dev - need) * pods
         each = f"{dev - need} idle per pod, {idle} in all" if pods > 1 else f"{idle} idle"
+        devices, cost = pricing.idle(resources, idle)
         yield Finding(container.path, f"{what} uses {need} of the {dev} {resources} container {name!r} holds: "
-                      f"{each}, {idle * HOURS_PER_DAY} device-hours a day",
-                      f"request {need}, or raise the parallelism to use {dev}", name, advisory=True)
+                      f"{each}, {cost}", f"request {need}, or raise the parallelism to use {dev}", name,
+                      advisory=True, idle=devices)
 
 
 def _group_findings(view: WorkloadView, group: ServingGroup, by_role: dict[str, PodTemplate],
@@ -367,6 +402,7 @@ def _group_findings(view: WorkloadView, group: ServingGroup, by_role: dict[str, 
         or _main(leader)
     if lead is None:
         return
+    pricing = _pricing(view, leader, worker)
     groups = max(group.replicas, 1)
     advisory = reading is not None and reading.guessed
     per_pod: tuple[int, str] | None = None
@@ -376,7 +412,7 @@ def _group_findings(view: WorkloadView, group: ServingGroup, by_role: dict[str, 
         per_pod = (group.per_pod.devices, group.per_pod.fields)
     if group.size <= 1:
         if per_pod is not None and not (reading is not None and reading.spans_ray):
-            yield from _pod_findings(lead, per_pod[0], per_pod[1], groups, advisory, settings)
+            yield from _pod_findings(lead, per_pod[0], per_pod[1], groups, advisory, settings, pricing)
         return
     if reading is not None and reading.nodes is not None and reading.nodes[1] != group.size:
         flag, nodes = reading.nodes
@@ -391,14 +427,15 @@ def _group_findings(view: WorkloadView, group: ServingGroup, by_role: dict[str, 
         total = (group.total.devices, group.total.fields)
     pods: list[Finding] = []
     if per_pod is not None:
-        pods.extend(_pod_findings(lead, per_pod[0], per_pod[1], groups, advisory, settings))
+        pods.extend(_pod_findings(lead, per_pod[0], per_pod[1], groups, advisory, settings, pricing))
         if other is not None and worker is not leader:
-            pods.extend(_pod_findings(other, per_pod[0], per_pod[1], groups * (group.size - 1), advisory, settings))
-    yield from pods or _group_total(group, lead, other, total, groups, advisory, settings)  # pods explain a group
+            pods.extend(_pod_findings(other, per_pod[0], per_pod[1], groups * (group.size - 1), advisory, settings,
+                                      pricing))
+    yield from pods or _group_total(group, lead, other, total, groups, advisory, settings, pricing)  # pods first
 
 
 def _group_total(group: ServingGroup, lead: Container, other: Container | None, total: tuple[int, str] | None,
-                 groups: int, advisory: bool, settings: Settings) -> Iterator[Finding]:
+                 groups: int, advisory: bool, settings: Settings, pricing: Pricing) -> Iterator[Finding]:
     lead_dev = _devices(lead, settings)
     other_dev = _devices(other, settings) if other is not None else None
     if total is None or lead_dev is None or other_dev is None:
@@ -412,14 +449,96 @@ def _group_total(group: ServingGroup, lead: Container, other: Container | None, 
                       f"give a group {need} devices or lower the parallelism to {have}", lead.name, advisory=advisory)
     elif need < have:
         idle = (have - need) * groups
-        yield Finding(lead.path, f"{what} uses {need} devices; {shape}: {idle} idle, "
-                      f"{idle * HOURS_PER_DAY} device-hours a day", f"shrink the group to {need} devices or raise "
-                      "parallelism", lead.name, advisory=True)
+        devices, cost = pricing.idle(resources, idle)
+        yield Finding(lead.path, f"{what} uses {need} devices; {shape}: {idle} idle, {cost}",
+                      f"give a group {need} devices or raise parallelism", lead.name, advisory=True,
+                      idle=devices)
+
+
+# ---------------------------------------------------------------- Ray Serve on a RayService's own cluster
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
+
+
+def _ray_pod_gpus(template: PodTemplate, ray: RayServe, settings: Settings) -> tuple[int, str] | None:
+    """(GPUs Ray sees in one pod of this group, their resource names), ``None`` where that isn't fixed here: a
+    ``num-gpus`` start parameter that is not a literal, DRA claims, devices Ray doesn't count as GPUs."""
+    names = sorted(template.effective_gpus)
+    if template.claim_devices or any(c.claim_devices for c in template.containers) \
+            or any(not n.endswith("/gpu") or any(fnmatchcase(n, p) for p in settings.skip_resources) for n in names):
+        return None
+    if template.ref.role in ray.num_gpus:
+        raw = ray.num_gpus[template.ref.role]
+        if not isinstance(raw, (str, int)) or isinstance(raw, bool) or not _INT.match(str(raw)):
+            return None
+        return int(raw), "+".join(names)
+    return template.gpus_per_pod, "+".join(names)
+
+
+def _ray_serve_findings(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
+    """A RayService's Serve engines against the Ray cluster it brings: a replica no pod or the whole cluster can
+    hold never starts (deny); a cluster that doesn't scale and holds more GPUs than every engine at its maximum
+    uses keeps the rest idle (warn, with what they cost)."""
+    ray = view.ray_serve()
+    if ray is None or not ray.demand.engines:
+        return
+    demand = ray.demand
+    held: list[tuple[int, int, str]] = []  # (pods, GPUs per pod, resources)
+    templates = []
+    for template, pods in view.running_templates():
+        gpus = _ray_pod_gpus(template, ray, settings)
+        if gpus is None:
+            return
+        if pods and gpus[0]:
+            held.append((pods, *gpus))
+            templates.append(template)
+    largest = max((per_pod for _, per_pod, _ in held), default=0)
+    capacity = sum(pods * per_pod for pods, per_pod, _ in held)
+    resources = "+".join(sorted({r for _, _, r in held})) or "GPUs"
+    autoscaled = ray.autoscaled
+    cluster = "the Ray cluster at maxReplicas" if autoscaled else "the Ray cluster"
+    path = ray.path
+    blocked = False
+    for engine in demand.engines:
+        need = engine.per_replica
+        if engine.one_node and need > largest:
+            blocked = True
+            yield Finding(path, f"Ray Serve {engine.name!r} {engine.per_replica_text} needs {need:g} GPUs in one pod; "
+                          f"{cluster}'s pods hold at most {largest}: it never starts",
+                          f"give a worker group pods with {_gpus(math.ceil(need))}, or " + (
+                              f"lower num_gpus to {largest}" if "num_gpus" in engine.per_replica_text
+                              else "use strategy PACK"),
+                          engine.name)
+        elif need > capacity:
+            blocked = True
+            yield Finding(path, f"Ray Serve {engine.name!r} {engine.per_replica_text} needs {need:g} GPUs a replica; "
+                          f"{cluster} holds {capacity} {resources}: it never starts",
+                          f"grow the worker groups to {_gpus(math.ceil(need))}, or lower the parallelism", engine.name)
+    if blocked:
+        return
+    floor = sum(e.per_replica * e.min_replicas for e in demand.engines)
+    if floor > capacity:
+        yield Finding(path, f"Ray Serve's engines need {floor:g} GPUs at their minimum replicas; {cluster} holds "
+                      f"{capacity} {resources}: some replicas never start",
+                      f"grow the worker groups to {_gpus(math.ceil(floor))}, or lower min_replicas", "")
+        return
+    peaks = [e.per_replica * e.max_replicas for e in demand.engines if e.max_replicas is not None]
+    if autoscaled or not demand.complete or len(peaks) != len(demand.engines):
+        return
+    idle = capacity - math.ceil(sum(peaks))
+    if idle > 0:
+        devices, cost = _pricing(view, *templates).idle(resources, idle)
+        yield Finding(path, f"Ray Serve's engines use at most {math.ceil(sum(peaks))} of the {capacity} {resources} "
+                      f"{cluster} holds: {idle} idle, {cost}",
+                      f"shrink the worker groups to {_gpus(math.ceil(sum(peaks)))}, or enable autoscaling", "",
+                      advisory=True, idle=devices)
 
 
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     if not view.is_gpu:
         return
+    yield from _ray_serve_findings(view, settings)
     pods = {id(t): n for t, n in view.running_templates()}
     by_role = {t.ref.role: t for t in view.templates}
     grouped: set[int] = set()
@@ -434,7 +553,7 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
             if reading is None or reading.per_pod is None or reading.spans_ray:
                 continue
             yield from _pod_findings(container, reading.per_pod, reading.per_pod_text, pods.get(id(template), 1),
-                                     reading.guessed, settings)
+                                     reading.guessed, settings, _pricing(view, template))
 
 
 POLICY = ValidatingPolicy(
@@ -445,9 +564,10 @@ POLICY = ValidatingPolicy(
     description="Reads the parallelism a model server's command line fixes (vLLM `--tensor-parallel-size`/`-tp`, "
     "`--pipeline-parallel-size`, `--data-parallel-size[-local]`; SGLang `--tp`/`--pp`/`--dp`[`-size`]; TGI "
     "`--num-shard` or `NUM_SHARD`; TensorRT-LLM `trtllm-serve --tp_size/--pp_size`) or a serving kind's fields "
-    "(LLMInferenceService `parallelism`, InferenceService `workerSpec`) and denies a server needing more devices "
-    "than its container holds, or a LeaderWorkerSet or multi-node group too small for it; warns with the idle "
-    "devices where it uses fewer. Values the manifest does not fix (`$(TP)`, a config file) are not read.",
+    "(LLMInferenceService `parallelism`, InferenceService `workerSpec`, a RayService's Ray Serve `engine_kwargs`, "
+    "placement bundles and `ray_actor_options.num_gpus`) and denies a server needing more devices than its "
+    "container, group or Ray cluster holds; warns with the idle devices and what they cost a day (the `cost` "
+    "prices) where it uses fewer. Values the manifest does not fix (`$(TP)`, a config file) are not read.",
     rationale="A server with more ranks than devices fails at start, after pulling its image and model, and is "
     "restarted forever; one with fewer holds the other devices idle for as long as it runs.",
     cpu_scope=accelerator_objects_only,

@@ -483,6 +483,22 @@ tolerations: []
 # (`--set-file config=my-config.yaml`). The webhooks' matchConditions follow the default config's
 # accelerator profiles and trusted controllers: with other ones, render the configurations with
 # `gpuguard webhook-config --config` instead (docs/admin.md).
+#
+# Grants are namespace profiles, matched by a namespace label (an admin's act: tenants can't label their
+# namespace; needs server.namespaceLabels). The shipped config has two:
+#   kubectl label namespace model-serving gpuguard.io/profile=serving  # servers get the preempting
+#                                                                      # inference-critical class
+#   kubectl label namespace ml-scratch gpuguard.io/profile=sandbox     # checkpoint, gang checks only warn
+# Elsewhere servers and notebooks are still judged as servers and notebooks, with the non-preempting
+# classes; notebooks never preempt. Your own labels, as a config of your own (every check still applies):
+#   config: |
+#     apiVersion: gpuguard.io/v1alpha1
+#     kind: GpuguardConfig
+#     profiles:
+#       - name: serving-teams
+#         match: {{namespaceLabels: {{team-type: serving}}}}
+#         policies:
+#           workload-class: {{allowEscalationTo: [inference]}}
 config: ""
 
 server:

@@ -56,6 +56,8 @@ class Violation:
     # What the finding is about, stable across list reordering (``spec.containers[trainer]``): UPDATE
     # matches findings of the stored object by (policy, subject).
     subject: str = ""
+    # Devices (resource, count) the finding says sit idle (``Finding.idle``): what the cost at risk prices.
+    idle: tuple[tuple[str, int], ...] = ()
 
     @property
     def text(self) -> str:

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from gpuguard.workloads import quantity
+from gpuguard.workloads.prices import Prices
 
 
 class _Model(BaseModel):
@@ -328,6 +329,8 @@ class Accelerators:
         # KubeAI's resource profiles (name -> requests, limits and pod fields), from the config's
         # ``kubeai.resourceProfiles`` merged over the KubeAI chart's; ``None``: the chart's alone.
         self.kubeai_profiles: dict[str, dict] | None = None
+        # The config's price table (``cost``), for findings that say what idle devices cost; ``None``: no prices.
+        self.prices: Prices | None = None
         # The profiles the config alone makes (what :meth:`learn` starts from), and what was learned on top.
         self.base: Accelerators = self
         self.learned: tuple[str, ...] = ()
@@ -510,6 +513,7 @@ class Accelerators:
         learned = Accelerators(specs, mapped_resources, mapped_classes)
         learned.base, learned.learned = base, tuple(notes)
         learned.kubeai_profiles = base.kubeai_profiles
+        learned.prices = base.prices
         return learned
 
     def unknown_resources(self, names: Iterable[Any]) -> list[str]:

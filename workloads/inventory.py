@@ -26,13 +26,9 @@ from typing import Any
 
 from gpuguard.workloads import quantity
 from gpuguard.workloads.accelerators import Learned, may_be_accelerator
+from gpuguard.workloads.prices import PRODUCT_LABELS
 
 NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
-# Label keys that name a node's accelerator product, tried in this order to name a group.
-PRODUCT_LABELS = (
-    "nvidia.com/gpu.product", "cloud.google.com/gke-accelerator", "cloud.google.com/gke-tpu-accelerator",
-    "karpenter.k8s.aws/instance-gpu-name", "k8s.amazonaws.com/accelerator", "kubernetes.azure.com/accelerator",
-)
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
 # Per-node labels: never what a group (or a pod's affinity) is about.
 _PER_NODE = ("kubernetes.io/hostname",)

@@ -25,6 +25,7 @@ from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
 from gpuguard.workloads.kinds.spec import ReadObject, ServingGroup
 from gpuguard.workloads.paths import Path, Replaced, child_dict, child_list, dicts, dotted, get_path, set_int_field
+from gpuguard.workloads.rayserve import RayServe, read_demand
 from gpuguard.workloads.serving import SERVING_SHAPES, inherited_pod_fields, main_container, unread_claims
 
 if TYPE_CHECKING:
@@ -403,6 +404,23 @@ class WorkloadView:
         multi-node serving), empty where every pod runs its own servers."""
         groups = self.kind.serving_groups
         return list(groups(self.obj)) if groups is not None else []
+
+    def ray_serve(self) -> RayServe | None:
+        """The Ray Serve applications the object carries and its Ray cluster's facts (``KindSpec.serve_config``:
+        a RayService), ``None`` where it has none gpuguard can read."""
+        where = self.kind.serve_config
+        demand = read_demand(get_path(self.obj, where.text)) if where is not None else None
+        if where is None or demand is None:
+            return None
+        num_gpus = {}
+        for template in self.templates:
+            group = template.ref.spec_path[:-2]
+            params = get_path(self.obj, group + ("rayStartParams",)) if group[:len(where.cluster)] == where.cluster \
+                else None
+            if isinstance(params, dict) and "num-gpus" in params:
+                num_gpus[template.ref.role] = params["num-gpus"]
+        autoscaled = get_path(self.obj, where.cluster + ("enableInTreeAutoscaling",)) is True
+        return RayServe(demand, where.text, autoscaled, num_gpus)
 
     def running_templates(self) -> list[tuple[PodTemplate, int]]:
         """(template, pods of it) running together at the heaviest moment (see ``_running``)."""

@@ -159,9 +159,9 @@ def test_kserve_predictor_model_form_is_mutated_and_judged(env):
     assert stored["model"]["resources"]["limits"]["memory"] == "64Gi"
 
 
-def rayservice(ns: str, name: str, replicas: int = 2, gpus: int = 1) -> dict:
+def rayservice(ns: str, name: str, replicas: int = 2, gpus: int = 1, serve: str = "applications: []\n") -> dict:
     return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": name, "namespace": ns},
-            "spec": {"serveConfigV2": "applications: []\n", "rayClusterConfig": {
+            "spec": {"serveConfigV2": serve, "rayClusterConfig": {
                 "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
                     {"name": "ray-head", "image": "rayproject/ray:2.40.0"}]}}},
                 "workerGroupSpecs": [{"groupName": "gpu", "replicas": replicas, "minReplicas": 1,
@@ -178,6 +178,31 @@ def test_rayservice_is_mutated_and_its_total_checked(env):
     assert GPU_TOLERATION in worker["template"]["spec"]["tolerations"]
     over = env.apply(rayservice(ns, "big", replicas=9, gpus=8))
     assert over.returncode != 0 and "[gpu-request-shape]" in over.stderr
+
+
+def ray_llm(tensor: int, replicas: int) -> str:
+    """A Ray Serve LLM application: ``replicas`` engines of ``tensor`` GPUs each."""
+    return ("applications:\n- name: llm\n  import_path: ray.serve.llm:build_openai_app\n  args:\n    llm_configs:\n"
+            "    - model_loading_config: {model_id: mistral-small, model_source: mistralai/Mistral-Small-3.2-24B}\n"
+            f"      engine_kwargs: {{tensor_parallel_size: {tensor}, max_model_len: 32768}}\n"
+            f"      deployment_config: {{num_replicas: {replicas}}}\n")
+
+
+def test_ray_serve_engines_are_weighed_against_their_ray_cluster(env):
+    """What serveConfigV2 fixes (engine_kwargs, replicas) against the cluster's GPUs, at create and at update."""
+    ns = env.namespace()
+    fits = env.apply(rayservice(ns, "llm", replicas=2, gpus=4, serve=ray_llm(4, 2)))
+    assert fits.returncode == 0, fits.stderr
+    assert "server-parallelism" not in fits.stderr
+    # A model that needs tensor parallelism 16 can't start on 8 GPUs: denied on update, the stored one kept.
+    grown = env.apply(rayservice(ns, "llm", replicas=2, gpus=4, serve=ray_llm(16, 1)))
+    assert grown.returncode != 0 and "[server-parallelism]" in grown.stderr
+    assert "tensor_parallel_size 16 needs 16 GPUs a replica" in grown.stderr
+    assert "tensor_parallel_size: 4" in env.get("rayservice", "llm", "-n", ns)["spec"]["serveConfigV2"]
+    # One 1-GPU engine on a fixed 8-GPU cluster: admitted, with the idle devices and what they cost.
+    idle = env.apply(rayservice(ns, "small", replicas=2, gpus=4, serve=ray_llm(1, 1)))
+    assert idle.returncode == 0, idle.stderr
+    assert "7 idle, 168 device-hours a day (~$672)" in idle.stderr  # the default price, $4 per nvidia.com/gpu-hour
 
 
 # ---------------------------------------------------------------- Spark operator

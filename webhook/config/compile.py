@@ -37,6 +37,7 @@ from gpuguard.workloads.inventory import Inventory, declared_pool
 from gpuguard.workloads.kinds import KindSpec
 from gpuguard.workloads.kinds.configured import KindDeclaration, configured_kind
 from gpuguard.workloads.kinds.kubeai import merged_profiles
+from gpuguard.workloads.prices import Prices
 from gpuguard.workloads.view import WORKLOAD_CLASSES
 
 log = logging.getLogger("gpuguard.config")
@@ -99,6 +100,7 @@ class Config:
         self.trust_controller_pods = raw.trust_controller_pods
         self.accelerators = accelerators
         accelerators.kubeai_profiles = merged_profiles(raw.kubeai.resource_profiles)
+        accelerators.prices = Prices(dict(raw.cost.gpu_hourly_usd), dict(raw.cost.product_hourly_usd))
         # Declared node pools (``inventory.nodePools``): shapes an autoscaler adds, part of every inventory.
         self.node_pools = tuple(declared_pool(p.name, p.labels, p.taints, p.allocatable, p.max_count)
                                 for p in raw.inventory.node_pools)

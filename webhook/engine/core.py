@@ -542,7 +542,7 @@ class Engine:
             for finding in policy.run(view, settings):
                 out.append(Violation(policy.id, "warn" if finding.advisory and verdict == "deny" else verdict,
                                      dotted(finding.path), finding.message, finding.fix, finding.target,
-                                     subject(view.obj, finding.path)))
+                                     subject(view.obj, finding.path), finding.idle))
         return out
 
     def _new_in_update(self, violations: list[Violation], ctx: RequestContext, total: int) -> list[Violation]:

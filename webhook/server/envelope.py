@@ -187,36 +187,59 @@ def truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def warning_text(violation: Violation) -> str:
-    """A warning kubectl prints whole as one line (at most 256 characters), never without its fix.
+def finding_line(violation: Violation, soft_limit: int = WARNING_SOFT_LIMIT, *, keep_path: bool = False) -> str:
+    """A warning or a denial's line as kubectl prints it: whole, one line, at most 256 characters, never
+    without its fix (a warning past 256 characters is cut by kubectl; a denial is held to the same line so the
+    two read alike and a long one keeps its fix in view).
 
-    The full sentence when it is short; past the soft limit the field path goes (the audit CLI shows it); past
-    the hard limit the fix comes first, whole, then as much of the reason as fits and the command that shows
-    the rest, so that a cut never takes what the user has to do.
+    The full sentence when it is within ``soft_limit``; past it the field path goes (the audit CLI shows it);
+    past the hard limit the fix comes first, whole, then as much of the reason as fits and the command that
+    shows the rest, so that a cut never takes what the user has to do.  ``keep_path`` (denials,
+    ``denial_message``): the field path stays in every form, since it says which field to fix.
     """
     full = _one_line(violation.text)
-    if len(full) <= WARNING_SOFT_LIMIT:
+    if len(full) <= soft_limit:
         return full
+    if keep_path:
+        return full if len(full) <= WARNING_HARD_LIMIT else fix_first(violation, _where(violation))
     short = _one_line(f"[{violation.policy}] {violation.message}; {violation.fix}")
     if len(short) <= WARNING_HARD_LIMIT:
         return short if len(short) < len(full) else full
     return fix_first(violation)
 
 
-def fix_first(violation: Violation) -> str:
-    """``[policy] fix: …. Why: …; more: kubectl gpuguard explain POLICY`` within the hard limit.
+def _where(violation: Violation) -> str:
+    """The field a long denial names: as much of ``path (target)`` as leaves its fix's first alternative whole
+    (then the path alone, then its start)."""
+    first = _one_line(violation.fix).rstrip(".").split("; ")[0]
+    candidates = [f"{violation.path} ({violation.target})" if violation.target else violation.path,
+                  violation.path, truncate(violation.path, 60)]
+    for where in candidates:
+        line = fix_first(violation, _one_line(where))
+        if first in line:
+            return _one_line(where)
+    return _one_line(candidates[-1])
+
+
+def fix_first(violation: Violation, where: str = "") -> str:
+    """``[policy] fix: …. Why: …; more: kubectl gpuguard explain POLICY`` within the hard limit (``[policy] WHERE:
+    fix: …`` where the field is given).
 
     A fix of several alternatives (``a; or, b; if …, c``) that does not fit keeps its first alternatives whole,
     as many as fit (within the first, whole items of its list: ``add a Kueue queue label (…), …``); the rest
     is one command away.
     """
     more = f"; more: kubectl gpuguard explain {violation.policy}"
-    prefix = f"[{violation.policy}] fix: "
+    prefix = f"[{violation.policy}] {where}: fix: " if where else f"[{violation.policy}] fix: "
     message = _one_line(violation.message)
     # room kept for the start of the reason, which says what is wrong ("this Deployment is not in gpuguard's
     # shape"): a long fix gives up its later alternatives first
     reason = len(" Why: ") + min(REASON_KEPT, len(message))
-    fix = _fitted_fix(_one_line(violation.fix).rstrip("."), WARNING_HARD_LIMIT - len(prefix) - len(more) - 1 - reason)
+    whole_fix = _one_line(violation.fix).rstrip(".")
+    room = WARNING_HARD_LIMIT - len(prefix) - len(more) - 1
+    fix = _fitted_fix(whole_fix, room - reason)
+    if whole_fix.split("; ")[0] not in fix:  # the first alternative goes whole before any reason
+        fix = _fitted_fix(whole_fix, room)
     head = prefix + fix + ("" if fix.endswith("…") else ".")
     room = WARNING_HARD_LIMIT - len(head) - len(more) - len(" Why: ")
     if room < 24:  # no room left for a reason worth reading: the fix and the command
@@ -276,8 +299,9 @@ def audit_annotations(violations: list[Violation]) -> dict[str, str]:
 
 
 def denial_message(kind: str, denials: list[Violation]) -> str:
+    """The 403's message: a header, then one line per denial in the warnings' form (``finding_line``)."""
     header = f"gpuguard denied this {kind or 'object'}: {len(denials)} policy violation(s)"
-    return "\n".join([header, *(v.text for v in denials)])
+    return "\n".join([header, *(finding_line(v, keep_path=True) for v in denials)])
 
 
 def review(uid: str, response: dict[str, Any]) -> dict[str, Any]:
@@ -309,7 +333,7 @@ def from_decision(uid: str, kind: str, decision: Decision, *, with_patch: bool) 
         code, reason = (422, "Invalid") if decision.invalid else (403, "Forbidden")
         response["status"] = {"status": "Failure", "code": code, "reason": reason,
                               "message": denial_message(kind, denials)}
-    warnings = [warning_text(v) for v in decision.warnings]
+    warnings = [finding_line(v) for v in decision.warnings]
     if allowed and with_patch and decision.patch:
         # What gpuguard changed of the user's own values: without it a capped TTL is a silent drift from Git.
         warnings.extend(change_warning(c) for c in decision.changes)

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpuguard.workloads.kinds.spec import Creates, JobFields, KindSpec, Locate, Operator, PathPattern, TemplateRef
+from gpuguard.workloads.kinds.spec import (
+    Creates,
+    JobFields,
+    KindSpec,
+    Locate,
+    Operator,
+    PathPattern,
+    ServeConfig,
+    TemplateRef,
+)
 from gpuguard.workloads.kinds.templates import count
 from gpuguard.workloads.paths import Path, get_path
 
@@ -75,7 +84,8 @@ RAYCLUSTER = KindSpec("ray.io", "RayCluster", "rayclusters", ("v1",), "inference
 RAYSERVICE = KindSpec("ray.io", "RayService", "rayservices", ("v1",), "inference",
                       _groups(("spec", "rayClusterConfig")),
                       pod_spec_paths=_group_paths(("spec", "rayClusterConfig")),
-                      controllers=(Creates(KUBERAY, ("ray.io/RayCluster",)),), class_fixed=True)
+                      controllers=(Creates(KUBERAY, ("ray.io/RayCluster",)),), class_fixed=True,
+                      serve_config=ServeConfig(("spec", "serveConfigV2"), ("spec", "rayClusterConfig")))
 RAYCRONJOB = KindSpec("ray.io", "RayCronJob", "raycronjobs", ("v1",), "training", _rayjob_at(("spec", "jobTemplate")),
                       _rayjob_fields(("spec", "jobTemplate")), pod_spec_paths=_rayjob_paths(("spec", "jobTemplate")),
                       command_paths=(("spec", "jobTemplate", "entrypoint"),))

@@ -132,6 +132,16 @@ class VolumeClaims:
 
 
 @dataclass(frozen=True)
+class ServeConfig:
+    """Where a kind holds Ray Serve applications as YAML text (a RayService's ``serveConfigV2``) and the Ray
+    cluster that runs them (``rayClusterConfig``): what its replicas use is read from the one and compared with
+    the pods of the other (``gpuguard.workloads.rayserve``)."""
+
+    text: Path
+    cluster: Path
+
+
+@dataclass(frozen=True)
 class Declared:
     """Accelerator devices a kind's own fields say a model server uses (``devices``), the fields and values
     that say so as users wrote them (``parallelism.tensor 4 x parallelism.dataLocal 2``), and where."""
@@ -298,6 +308,8 @@ class KindSpec:
     # Pods that run one model server together (``ServingGroup``): LeaderWorkerSet groups, multi-node
     # LLMInferenceServices.  ``None``: every pod runs its own servers.
     serving_groups: Groups | None = field(default=None, repr=False)
+    # Ray Serve applications in the object, run by a Ray cluster it also holds (a RayService).
+    serve_config: ServeConfig | None = None
     # Its operator only ever makes workloads of ``default_class`` (the serving operators make servers, Kubeflow's
     # notebook controller notebooks), whatever their containers run: the class is the kind's, not a look.
     class_fixed: bool = False

@@ -131,7 +131,7 @@ FIXTURES = REPO / "tests" / "policies"
 
 @pytest.mark.parametrize("policy", ["server-parallelism", "mixed-vendors", "shared-rwo-claim"])
 def test_findings_fit_what_kubectl_shows(policy: str) -> None:
-    """``[policy] message; fix`` within 256 characters (the warning's short form, ``envelope.warning_text``)."""
+    """``[policy] message; fix`` within 256 characters (the warning's short form, ``envelope.finding_line``)."""
     seen = 0
     for case in suite.discover([Path(FIXTURES / policy)]):
         decision = suite.run_case(case).decision

@@ -204,6 +204,28 @@ def test_config_value_replaces_the_shipped_config(tmp_path: Path) -> None:
     assert chart[("ConfigMap", "gpuguard-config")]["data"]["config.yaml"] == own
 
 
+def test_the_values_grant_recipe_is_a_config_that_grants_what_it_says(tmp_path: Path) -> None:
+    """values.yaml's commented grant recipe: the labels it names select the shipped profiles, and its own config,
+    given as the chart's ``config``, grants preemption to exactly the namespaces it labels."""
+    from gpuguard.webhook.config import load_config
+
+    values = (CHART / "values.yaml").read_text()
+    shipped = load_config(None)
+    for profile in ("serving", "sandbox"):
+        assert f"gpuguard.io/profile={profile}" in values
+        assert shipped.policies_for("ns", {"gpuguard.io/profile": profile})[0] == profile
+    lines = values[values.index("#   config: |"):values.index('config: ""')].splitlines()[1:]
+    own = "\n".join(line.removeprefix("#     ") for line in lines) + "\n"
+    (tmp_path / "config.yaml").write_text(own)
+    config = load_config(str(tmp_path / "config.yaml"))
+    name, policies = config.policies_for("llm", {"team-type": "serving"})
+    assert name == "serving-teams"
+    assert policies.settings("workload-class").allow_escalation_to == ["inference"]
+    assert config.policies_for("llm", {})[0] is None  # an unlabelled namespace grants nothing
+    chart = template(extra=("--set-file", f"config={tmp_path / 'config.yaml'}"))
+    assert chart[("ConfigMap", "gpuguard-config")]["data"]["config.yaml"] == own
+
+
 def test_toggles_drop_and_add_objects() -> None:
     off = template("pdb.enabled=false", "networkPolicy.enabled=false", "priorityClasses.create=false",
                    "resourceQuota.create=false")

@@ -7,11 +7,14 @@ This is an estimate, on purpose a simple and explainable one.  A workload is *at
 - ``job-ttl`` would have to mutate it: it has no TTL (or one above the cap), so a finished
   job keeps its pods, claims and, for RayJob, a whole GPU cluster around;
 - ``gpu-request-shape`` denies it: its pods can never be scheduled, while quota, autoscaled
-  nodes and the already-started members of a partial gang sit idle.
+  nodes and the already-started members of a partial gang sit idle;
+- ``server-parallelism`` finds devices its model server's parallelism leaves unused: only those
+  devices count (``Violation.idle``), for as long as the server runs.
 
 Each at-risk workload is assumed to hold all its GPUs around the clock (24 GPU-hours per GPU
-per day): an upper bound, not a forecast.  Prices come from the config's ``cost`` section
-(``gpuguard.webhook.config.Cost``, whose defaults are public on-demand list prices, shown in
+per day), or its idle devices alone where that is the only reason: an upper bound, not a
+forecast.  Prices come from the config's ``cost`` section (``gpuguard.webhook.config.Cost``,
+whose defaults are public on-demand list prices, shown in
 ``docs/audit.md``):
 ``productHourlyUsd`` by GPU product node-label value (or glob) when the workload pins a
 product with a nodeSelector or required node affinity, else ``gpuHourlyUsd`` by resource
@@ -20,13 +23,14 @@ name (or glob).  Spot discounts and actual run times are not modelled.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from gpuguard.workloads.kinds import lookup
 from gpuguard.workloads.paths import get_path
+from gpuguard.workloads.prices import Prices as BasePrices
+from gpuguard.workloads.prices import pinned_products as products_in
 
 if TYPE_CHECKING:
     from gpuguard.webhook.config import Cost
@@ -34,39 +38,23 @@ if TYPE_CHECKING:
 
 HOURS_PER_DAY = 24
 
-# Node labels whose value names the GPU product; productHourlyUsd keys match their values.
-PRODUCT_LABELS = (
-    "nvidia.com/gpu.product",
-    "cloud.google.com/gke-accelerator",
-    "k8s.amazonaws.com/accelerator",
-    "karpenter.k8s.aws/instance-gpu-name",
-    "kubernetes.azure.com/accelerator",
-)
-
 # policy id -> (what the finding means for cost, which verdicts count; None = mutation or any finding)
 RISK_POLICIES: dict[str, tuple[str, frozenset[str] | None]] = {
     "job-limits": ("no deadline: a hung run holds its GPUs", None),
     "job-ttl": ("no TTL: a finished workload lingers", None),
     "gpu-request-shape": ("would pend forever", frozenset({"deny"})),
+    "server-parallelism": ("idle devices: the server's parallelism leaves them unused", None),
 }
+# Reasons that put only the devices a finding names at risk (``Violation.idle``), not the whole workload's.
+IDLE_ONLY = frozenset({"server-parallelism"})
 
 METHOD = (
     "Estimate, not a bill: every workload that job-limits or job-ttl would mutate (no deadline, no TTL) "
     "or that gpu-request-shape denies (would pend forever) is assumed to hold all its GPUs 24 hours a "
-    "day; GPU-hours x the configured price per GPU-hour (by GPU product label when the workload pins "
-    "one, else by resource name). Spot discounts and real run times are not modelled."
+    "day, and the devices server-parallelism finds idle are counted alone; GPU-hours x the configured "
+    "price per GPU-hour (by GPU product label when the workload pins one, else by resource name). Spot "
+    "discounts and real run times are not modelled."
 )
-
-
-def _matching(table: Mapping[str, float], key: str, *, fold_case: bool = False) -> float | None:
-    """Exact key first, then the longest (most specific) glob that matches."""
-    if key in table:
-        return table[key]
-    probe = key.lower() if fold_case else key
-    for pattern in sorted(table, key=len, reverse=True):
-        if fnmatchcase(probe, pattern.lower() if fold_case else pattern):
-            return table[pattern]
-    return None
 
 
 def _default_cost() -> Cost:
@@ -77,8 +65,8 @@ def _default_cost() -> Cost:
 
 
 @dataclass(frozen=True)
-class Prices:
-    """GPU prices per GPU-hour: by resource name and by GPU product label value."""
+class Prices(BasePrices):
+    """The price table with the config schema's defaults (``Cost``) where none is given."""
 
     gpu_hourly_usd: Mapping[str, float] = field(default_factory=lambda: _default_cost().gpu_hourly_usd)
     product_hourly_usd: Mapping[str, float] = field(default_factory=lambda: _default_cost().product_hourly_usd)
@@ -91,19 +79,6 @@ class Prices:
         cost = getattr(config, "cost", None)
         cost = cost if isinstance(cost, Cost) else Cost()
         return cls(dict(cost.gpu_hourly_usd), dict(cost.product_hourly_usd))
-
-    def per_gpu_hour(self, resource: str, products: Iterable[str] = ()) -> float | None:
-        """Price of one GPU of ``resource`` for an hour; a pinned product wins for whole GPUs.
-
-        Product prices apply to whole-GPU resources (``*/gpu``) only: a MIG slice or a shared
-        time-slice of an H100 does not cost a whole H100.
-        """
-        if resource.endswith("/gpu"):
-            for product in products:
-                price = _matching(self.product_hourly_usd, product, fold_case=True)
-                if price is not None:
-                    return price
-        return _matching(self.gpu_hourly_usd, resource)
 
 
 def gpus_by_resource(decision: Decision) -> dict[str, int]:
@@ -128,24 +103,8 @@ def pinned_products(obj: Any) -> list[str]:
         pod = get_path(obj, ref.spec_path)
         if not isinstance(pod, dict):
             continue
-        found.extend(_products_in(pod))
+        found.extend(products_in(pod))
     return list(dict.fromkeys(found))
-
-
-def _products_in(pod: dict) -> Iterator[str]:
-    selector = pod.get("nodeSelector")
-    if isinstance(selector, dict):
-        for label in PRODUCT_LABELS:
-            if isinstance(selector.get(label), str):
-                yield selector[label]
-    terms = get_path(pod, ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
-                           "nodeSelectorTerms"))
-    for term in terms if isinstance(terms, list) else []:
-        expressions = term.get("matchExpressions") if isinstance(term, dict) else None
-        for expr in expressions if isinstance(expressions, list) else []:
-            if (isinstance(expr, dict) and expr.get("key") in PRODUCT_LABELS and expr.get("operator") == "In"
-                    and isinstance(expr.get("values"), list)):
-                yield from (v for v in expr["values"] if isinstance(v, str))
 
 
 def risk_reasons(decision: Decision) -> list[str]:
@@ -154,10 +113,20 @@ def risk_reasons(decision: Decision) -> list[str]:
     for policy, (_, verdicts) in RISK_POLICIES.items():
         mutates = verdicts is None and policy in decision.mutated_by
         flagged = any(v.policy == policy and (verdicts is None or v.verdict in verdicts)
-                      for v in decision.violations)
+                      and (policy not in IDLE_ONLY or v.idle) for v in decision.violations)
         if mutates or flagged:
             reasons.append(policy)
     return reasons
+
+
+def idle_devices(decision: Decision) -> dict[str, int]:
+    """The devices the findings say sit idle, by resource (``Violation.idle``)."""
+    out: dict[str, int] = {}
+    for violation in decision.violations:
+        if violation.policy in IDLE_ONLY:
+            for resource, count in violation.idle:
+                out[resource] = out.get(resource, 0) + count
+    return out
 
 
 _DONE_CONDITIONS = frozenset({"Complete", "Completed", "Succeeded", "Failed"})
@@ -202,7 +171,8 @@ class WorkloadCost:
 def workload_cost(decision: Decision, prices: Prices) -> WorkloadCost | None:
     """The cost at risk of one decision, or ``None`` when it is not at risk or uses no GPU."""
     reasons = risk_reasons(decision)
-    counts = gpus_by_resource(decision)
+    whole = any(reason not in IDLE_ONLY for reason in reasons)
+    counts = gpus_by_resource(decision) if whole else idle_devices(decision)
     if not reasons or not counts:
         return None
     obj = decision.mutated if isinstance(decision.mutated, dict) else decision.original

@@ -10,8 +10,11 @@ import pytest
 import yaml
 
 from gpuguard.webhook.cli.audit import cost
+from gpuguard.webhook.cli.audit.run import evaluate_all, file_context
 from gpuguard.webhook.config import Cost, load_config
 from gpuguard.webhook.decision import Decision, Violation
+from gpuguard.webhook.engine.core import Engine
+from gpuguard.webhook.manifests import load
 from tests.support.paths import REPO
 
 
@@ -130,3 +133,40 @@ def test_audit_leaves_finished_workloads_out_of_the_cost_at_risk() -> None:
                               engine.evaluate, PRICES))
     assert items[0].cost is not None and items[0].cost.gpus == 4
     assert items[1].cost is None
+
+
+def test_idle_devices_alone_count_for_a_server_whose_parallelism_leaves_them_unused() -> None:
+    idle = Violation("server-parallelism", "warn", "spec", "6 idle per pod, 12 in all", "fix",
+                     idle=(("nvidia.com/gpu", 12),))
+    only = cost.workload_cost(decision({"nvidia.com/gpu": 16}, violations=[idle]), PRICES)
+    assert only is not None and only.reasons == ("server-parallelism",)
+    assert only.gpus == 12 and only.usd_per_day == pytest.approx(12 * 24 * 4.0)  # the 4 used ones are not at risk
+    # With a whole-workload reason beside it, all 16 count (the idle ones are among them, counted once).
+    both = cost.workload_cost(decision({"nvidia.com/gpu": 16}, violations=[idle], mutated_by=["job-ttl"]), PRICES)
+    assert both.gpus == 16 and both.reasons == ("job-ttl", "server-parallelism")
+    # A finding that names no idle devices (a server that can't start) is not a cost of idleness.
+    fails = Violation("server-parallelism", "deny", "spec", "needs 8 devices", "fix")
+    assert cost.workload_cost(decision({"nvidia.com/gpu": 4}, violations=[fails]), PRICES) is None
+
+
+def test_a_warning_and_the_audit_price_idle_devices_alike(tmp_path) -> None:
+    """The figure in the server-parallelism warning is the audit's: one price table, the pinned product first."""
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "llm", "namespace": "ml"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "llm"}}, "template": {
+                      "metadata": {"labels": {"app": "llm"}},
+                      "spec": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "containers": [{
+                          "name": "server", "image": "vllm/vllm-openai:v0.10.1",
+                          "command": ["vllm", "serve", "org/model", "--tensor-parallel-size", "2"],
+                          "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump({"apiVersion": "gpuguard.io/v1alpha1", "kind": "GpuguardConfig",
+                                           "cost": {"gpuHourlyUsd": {"nvidia.com/gpu": 2.0},
+                                                    "productHourlyUsd": {"*H100*": 10.0}}}))
+    manifest = tmp_path / "llm.yaml"
+    manifest.write_text(yaml.safe_dump(deployment))
+    config = load_config(str(config_file))
+    pairs = ((doc, file_context(doc.obj, "default")) for doc in load([str(manifest)]))
+    [item] = list(evaluate_all(pairs, Engine(config).evaluate, cost.Prices.from_config(config)))
+    [warning] = [v for v in item.decision.violations if v.policy == "server-parallelism"]
+    assert "6 idle, 144 device-hours a day (~$1,440)" in warning.message  # 6 H100s x 24 h x $10
+    assert item.cost is not None and item.cost.usd_per_day == pytest.approx(1440.0)

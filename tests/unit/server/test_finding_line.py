@@ -1,4 +1,4 @@
-"""Warnings fit what kubectl prints (256 characters, one line) and keep their fix whole.
+"""Warnings and denials fit what kubectl prints (256 characters, one line) and keep their fix whole.
 
 Checked over every finding the policy fixtures produce (``tests/policies``), as the webhook would send each as
 a warning, and over findings written to be too long."""
@@ -11,7 +11,7 @@ import pytest
 
 from gpuguard.webhook import suite
 from gpuguard.webhook.decision import Violation
-from gpuguard.webhook.server.envelope import WARNING_HARD_LIMIT, warning_text
+from gpuguard.webhook.server.envelope import WARNING_HARD_LIMIT, denial_message, finding_line
 
 FIXTURES = Path(__file__).resolve().parents[2] / "policies"
 
@@ -42,7 +42,7 @@ def _first_alternative(fix: str) -> str:
 def test_every_fixture_finding_fits_kubectl_whole_with_its_fix():
     cut = 0
     for where, violation in VIOLATIONS:
-        text = warning_text(violation)
+        text = finding_line(violation)
         fix = " ".join(violation.fix.rstrip(".").split())
         assert len(text) <= WARNING_HARD_LIMIT, (where, text)
         assert "\n" not in text
@@ -59,7 +59,7 @@ def test_a_long_reason_is_cut_after_the_fix_and_points_to_explain(message_length
     fix = "mount a persistentVolumeClaim at /checkpoints or set CHECKPOINT_URI to an object store"
     violation = Violation("checkpoint-volume", "warn", "spec.template.spec.containers[0]", "x" * message_length, fix,
                           target="trainer")
-    text = warning_text(violation)
+    text = finding_line(violation)
     assert len(text) <= WARNING_HARD_LIMIT
     assert text.startswith(f"[checkpoint-volume] fix: {fix}. Why: xxx")
     assert "…" in text and text.endswith("; more: kubectl gpuguard explain checkpoint-volume")
@@ -67,10 +67,30 @@ def test_a_long_reason_is_cut_after_the_fix_and_points_to_explain(message_length
 
 def test_a_short_finding_is_sent_as_written():
     violation = Violation("shm-volume", "warn", "spec.volumes", "no /dev/shm", "add an emptyDir at /dev/shm")
-    assert warning_text(violation) == violation.text
+    assert finding_line(violation) == violation.text
 
 
 def test_a_fix_longer_than_the_line_is_cut_but_still_points_to_explain():
     violation = Violation("job-limits", "warn", "spec", "m", "y" * 400)
-    text = warning_text(violation)
+    text = finding_line(violation)
     assert len(text) <= WARNING_HARD_LIMIT and text.endswith("; more: kubectl gpuguard explain job-limits")
+
+
+def test_every_fixture_denial_is_sent_in_lines_that_fit_with_their_fix():
+    """The 403 kubectl prints: each denial on a line of its own, within 256 characters, its fix kept."""
+    denials = [(where, v) for where, v in VIOLATIONS if v.verdict == "deny"]
+    assert len(denials) > 50
+    long = 0
+    for where, violation in denials:
+        message = denial_message("Job", [violation])
+        header, line = message.split("\n")
+        assert header == "gpuguard denied this Job: 1 policy violation(s)"
+        assert line == finding_line(violation, keep_path=True) and len(line) <= WARNING_HARD_LIMIT, (where, line)
+        assert line.startswith(f"[{violation.policy}] {violation.path[:59]}"), (where, line)  # which field, always
+        if len(violation.text) <= WARNING_HARD_LIMIT:
+            assert line == violation.text  # whole
+        else:
+            assert f": fix: {_first_alternative(violation.fix)}" in line, (where, line)
+            assert line.endswith(f"; more: kubectl gpuguard explain {violation.policy}"), (where, line)
+        long += len(violation.text) > WARNING_HARD_LIMIT
+    assert long, "no fixture denial is long enough to be cut: the fix-first form of a denial is untested"
