@@ -206,13 +206,20 @@ def wait_until(check: Any, timeout: float, what: str) -> None:
     raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+PROBE = "job"  # the kind of the in-force probe (``denial_in_force``)
+
+
 def denial_in_force(api: Api, expect: bool) -> Any:
-    """A probe: a Pod without checkpoint storage is denied (``expect``) or admitted (not ``expect``)."""
+    """A probe: a GPU Job without checkpoint storage (``PROBE``) is denied (``expect``) or admitted (not ``expect``).
+
+    A Job, not a bare Pod: a Job runs to completion by its kind, so gpuguard judges it as training and denies it
+    (a bare Pod is training only by its look, and that only warns); Kyverno's and the CEL translations deny it
+    too.  ``tests/unit/project/test_bench_probe.py`` holds gpuguard's engine to both answers."""
     ns = f"bench-probe-{uuid.uuid4().hex[:6]}"
     api.namespace(ns)
 
     def check() -> bool:
-        _ms, status, _body = api.timed_create("pod", ns, manifest("pod", f"p-{uuid.uuid4().hex[:8]}", False))
+        _ms, status, _body = api.timed_create(PROBE, ns, manifest(PROBE, f"p-{uuid.uuid4().hex[:8]}", False))
         return (status >= 400) == expect
 
     return check

@@ -263,6 +263,24 @@ def test_the_report_follows_the_nodes_of_the_inventory(env: Env) -> None:
     env.wait_result("big", "gpu-request-shape", "pass")
 
 
+def test_a_report_someone_edits_or_deletes_is_restored(env: Env) -> None:
+    """A tenant can't edit reports (the default roles don't reach the CRD); whoever can, doesn't keep the edit."""
+    can = env.cp.kubectl("auth", "can-i", "update", "policyreports.wgpolicyk8s.io", "-n", env.ns, "--as=alice",
+                         check=False)
+    assert can.stdout.strip() == "no", can.stdout
+    env.wait_result("legacy", "checkpoint-volume", "fail")
+    report = env.reports()["legacy"]
+    forged = {**report, "results": [{**r, "result": "pass"} for r in report["results"]],
+              "summary": {"pass": len(report["results"]), "fail": 0, "warn": 0, "error": 0, "skip": 0}}
+    env.cp.kubectl("replace", "-f", "-", input=json.dumps(forged))  # an admin's hand, the annotation kept
+    env.wait_result("legacy", "checkpoint-volume", "fail", timeout=30)
+    env.scan.wait_metric("gpuguard_scan_reports_restored_total", lambda v: v >= 1)
+    name = env.reports()["legacy"]["metadata"]["name"]
+    env.cp.kubectl("delete", "policyreport", name, "-n", env.ns)
+    env.wait_result("legacy", "checkpoint-volume", "fail", timeout=30)
+    env.scan.wait_metric("gpuguard_scan_reports_restored_total", lambda v: v >= 2)
+
+
 def test_deleting_a_workload_removes_its_report(env: Env) -> None:
     env.cp.wait_for(lambda: "legacy" in env.reports(), timeout=60)
     env.cp.kubectl("--as=alice", "delete", "job", "legacy", "-n", env.ns, "--wait=false")

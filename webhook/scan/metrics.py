@@ -39,6 +39,8 @@ PASS_DURATION = Histogram("gpuguard_scan_pass_duration_seconds", "Time to re-eva
 FULL_PASSES = Counter("gpuguard_scan_full_passes_total", "Full passes over every tracked workload.")
 WRITES = Counter("gpuguard_scan_report_writes_total", "Report writes by operation (create|update|delete); "
                  "unchanged reports are not written.", ["operation"])
+REPORTS_RESTORED = Counter("gpuguard_scan_reports_restored_total", "Reports someone else edited or deleted, written "
+                           "back by the scan (each one is a change to gpuguard's verdicts that RBAC let through).")
 WRITE_RETRIES = Counter("gpuguard_scan_report_write_retries_total", "Report writes tried again after a passing "
                         "failure (5xx, 429, conflict, timeout), each 1 s doubling to at most 60 s after the last.")
 RETRIES_PENDING = Gauge("gpuguard_scan_report_writes_pending_retry", "Reports whose last write failed and waits "

@@ -28,7 +28,7 @@ from gpuguard.webhook.scan.discovery import Collection, Discovery
 from gpuguard.webhook.scan.index import CachedRuntimes, Index, WorkloadKey
 from gpuguard.webhook.scan.judge import at_risk, judge, policy_ids, policy_titles
 from gpuguard.webhook.scan.lease import Lease
-from gpuguard.webhook.scan.report import Outcome, build
+from gpuguard.webhook.scan.report import API_VERSION, LABEL_SELECTOR, Outcome, build, digest_of
 from gpuguard.webhook.scan.watch import ResourceWatch
 from gpuguard.webhook.scan.writer import ReportKey, Writer
 from gpuguard.workloads.inventory import Inventory
@@ -89,6 +89,12 @@ class Scanner:
         self._elected = threading.Event()
         self.reports_served: bool | None = None
         self._published: dict[str, int] = {}
+        # gpuguard's reports as the cluster holds them, newest event per report (bounded by the reports it
+        # writes): the scan thread restores those someone else edited or deleted (``_restore_reports``)
+        self._report_changes: dict[ReportKey, tuple[str, str, str]] = {}
+        self._report_lock = threading.Lock()
+        self._report_watches: list[ResourceWatch] = []
+        self.restored = 0
 
     # ------------------------------------------------------------------ watches
     def discover(self) -> None:
@@ -104,6 +110,12 @@ class Scanner:
         if served and self.reports_served is False:
             self._full_due = True  # the CRDs arrived: write every report
         self.reports_served = served
+        if served and not self._report_watches:
+            self._report_watches = [
+                ResourceWatch(self.api, f"/apis/{API_VERSION}/{plural}", self._report_event, lambda seen: None,
+                              page_size=self.settings.page_size, label_selector=LABEL_SELECTOR,
+                              name=f"{plural}.gpuguard").start()
+                for plural in ("policyreports", "clusterpolicyreports")]
         metrics.REPORTS_SERVED.set(1 if served else 0)
         self.index.listed |= {(c.group, c.kind) for c in workloads}
         for c in workloads:
@@ -114,6 +126,32 @@ class Scanner:
                         lambda seen: None)
         self._watch(("n", "", "Namespace"), Collection("", "v1", "Namespace", "namespaces"),
                     self.index.namespace_event, lambda seen: None)
+
+    def _report_event(self, kind: str, obj: dict) -> None:
+        """One of gpuguard's reports changed in the cluster (the report watch's thread): keep its newest state."""
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace") or "", meta.get("name") or "")
+        state = (kind, str(meta.get("resourceVersion") or ""), "" if kind == "DELETED" else digest_of(obj))
+        with self._report_lock:
+            self._report_changes[key] = state
+
+    def _restore_reports(self) -> None:
+        """Re-judge the workloads whose report someone else edited or deleted, so their next write restores it
+        (the leader only; a new leader's ``load`` digests every report instead)."""
+        with self._report_lock:
+            changes, self._report_changes = self._report_changes, {}
+        if not changes or not self.lease.leading or not self.reports_served:
+            return
+        owners = {report: workload for workload, report in self.reports.items()}
+        restoring = 0
+        for key, (kind, version, digest) in changes.items():
+            if self.writer.observe(kind, key, version, digest) and key in owners:
+                self.index.mark(owners[key])
+                restoring += 1
+        if restoring:
+            self.restored += restoring
+            metrics.REPORTS_RESTORED.inc(restoring)
+            log.warning("restoring %d report(s) that someone else edited or deleted", restoring)
 
     def _watch(self, key: tuple[str, str, str], c: Collection, on_event: Any, on_sync: Any) -> None:
         if key in self.watches:
@@ -207,6 +245,7 @@ class Scanner:
             if self._elected.is_set():
                 self._elected.clear()
                 self._load_reports()
+            self._restore_reports()
             self._retry_writes()
             if self.lease.leading and self.synced and (self._full_due or self.index.pending()):
                 self.stop_event.wait(self.settings.settle)  # debounce: a burst of changes is one batch

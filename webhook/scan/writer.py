@@ -6,6 +6,11 @@ stored one is not written at all, so a resync of an unchanged cluster costs no w
 event for Policy Reporter.  ``load`` reads what the previous leader left (one paginated list), so a
 new leader does not rewrite every report either.
 
+A report is trusted for what it *says*, never for its annotation: ``load`` digests each report's content, and
+``observe`` (fed by a watch on gpuguard's reports) notices a report someone else edited or deleted, so the
+next ``put`` of it writes it back.  Whoever can edit a PolicyReport can't make gpuguard's verdict say
+something else for longer than the scan takes to see the event.
+
 Writes pass a token bucket (``qps``, ``burst``): a config change that alters every report of a big
 cluster is spread out rather than thrown at the apiserver at once.
 
@@ -30,7 +35,7 @@ import orjson
 import urllib3
 
 from gpuguard.kubeapi.client import ApiError, request
-from gpuguard.webhook.scan.report import API_VERSION, DIGEST_ANNOTATION, GROUP_LABEL, KIND_LABEL, LABEL_SELECTOR, Built
+from gpuguard.webhook.scan.report import API_VERSION, GROUP_LABEL, KIND_LABEL, LABEL_SELECTOR, Built, digest_of
 
 log = logging.getLogger("gpuguard.scan.writer")
 ReportKey = tuple[str, str]  # (namespace or "", name)
@@ -108,9 +113,9 @@ class Writer:
                 page = orjson.loads(request(self.api, "GET", path, query, timeout=60).data)
                 for item in page.get("items") or []:
                     meta = item.get("metadata") or {}
-                    digest = (meta.get("annotations") or {}).get(DIGEST_ANNOTATION, "")
                     key = (meta.get("namespace") or "", meta.get("name") or "")
-                    known[key] = (str(digest), str(meta.get("resourceVersion") or ""))
+                    # what it says, not what its annotation claims: an edited report is rewritten
+                    known[key] = (digest_of(item), str(meta.get("resourceVersion") or ""))
                     labels = meta.get("labels") or {}
                     kinds[key] = _kind_of(labels)
                 token = (page.get("metadata") or {}).get("continue")
@@ -139,6 +144,21 @@ class Writer:
             return self._failed(key, built, before, 0, type(exc).__name__)
         self._refused.pop(key, None)
         return done
+
+    def observe(self, kind: str, key: ReportKey, version: str, digest: str) -> bool:
+        """A report as the cluster holds it now (``kind``: the watch event; ``digest``: ``digest_of`` its content):
+        whether it no longer says what this writer wrote -- edited or deleted by someone else -- in which case
+        the next ``put`` of it writes it back.  Its own writes (their resourceVersion) and reports it never
+        wrote change nothing."""
+        have = self.known.get(key)
+        if have is None or version == have[1]:
+            return False
+        if kind == "DELETED":
+            self.known.pop(key, None)
+            self.kinds.pop(key, None)
+            return True
+        self.known[key] = (digest, version)
+        return digest != have[0]
 
     def delete(self, key: ReportKey) -> None:
         """Delete one report (its workload is gone); a report already gone is fine."""

@@ -28,6 +28,9 @@ class Reports:
         if call.method != "GET" and self.failures:
             code = self.failures.pop(0)
             return code, status(code, {409: "Conflict", 422: "Invalid", 429: "TooManyRequests"}.get(code, "Error"))
+        if call.method == "GET" and call.path.startswith(f"/apis/{API_VERSION}/") and "/namespaces/" not in call.path:
+            mine = call.path.endswith("/policyreports")  # the cluster-wide lists ``Writer.load`` pages through
+            return 200, {"items": list(self.stored.values()) if mine else [], "metadata": {}}
         name = call.path.rsplit("/", 1)[1] if call.path != BASE else None
         if call.method == "POST":
             return self._store(call.body)
@@ -190,3 +193,67 @@ def test_the_leading_scanner_retries_due_writes_and_counts_them_in_the_metrics()
         scanner._retry_writes()
     assert "job-train" in reports.stored and retries() == before + 1
     assert REGISTRY.get_sample_value("gpuguard_scan_report_writes_pending_retry") == 0
+
+
+def _real(name: str = "job-train", fail: int = 1) -> Built:
+    """A report with its content digest, as ``report.build`` makes them."""
+    from gpuguard.webhook.scan.report import DIGEST_ANNOTATION, digest_of
+
+    report = {"apiVersion": API_VERSION, "kind": "PolicyReport",
+              "metadata": {"name": name, "namespace": "ml", "labels": {}, "annotations": {}},
+              "results": [{"policy": "checkpoint-volume", "result": "fail"}] * fail, "summary": {"fail": fail}}
+    report["metadata"]["annotations"][DIGEST_ANNOTATION] = digest_of(report)
+    return Built(report, digest_of(report))
+
+
+def test_a_new_leader_trusts_what_a_report_says_not_its_annotation(cluster) -> None:
+    """A tenant who empties a report's results but keeps its digest annotation doesn't keep it so."""
+    reports, _, writer = cluster
+    built = _real()
+    assert writer.put(built) == "create"
+    reports.stored["job-train"]["results"], reports.stored["job-train"]["summary"] = [], {"pass": 1}  # forged
+    leader = Writer(writer.api, qps=1000, burst=1000)
+    leader.load()
+    assert leader.put(built) == "update"
+    assert reports.stored["job-train"]["results"] == built.report["results"]
+    assert leader.put(built) == "unchanged"  # and then left alone
+
+
+def test_observe_restores_what_someone_else_edited_or_deleted_and_ignores_its_own_writes(cluster) -> None:
+    reports, _, writer = cluster
+    built = _real()
+    writer.put(built)
+    key, own = ("ml", "job-train"), reports.stored["job-train"]["metadata"]["resourceVersion"]
+    assert not writer.observe("MODIFIED", key, own, built.digest)  # its own write coming back
+    assert not writer.observe("MODIFIED", ("ml", "unknown"), "9", "x")  # not one of its reports
+    assert not writer.observe("MODIFIED", key, "50", built.digest)  # a label or annotation touched: same verdict
+    assert writer.put(built) == "unchanged"
+    assert writer.observe("MODIFIED", key, "51", _real(fail=0).digest)  # the results edited
+    assert writer.put(built) == "update"
+    del reports.stored["job-train"]
+    assert writer.observe("DELETED", key, "52", "")
+    assert writer.put(built) == "create" and "job-train" in reports.stored
+
+
+def test_the_leading_scanner_rejudges_the_workload_whose_report_was_edited() -> None:
+    from gpuguard.webhook.scan.scanner import Scanner, Settings
+
+    reports = Reports()
+    with serve(reports) as (_, api):
+        scanner = Scanner(api, Settings())
+        scanner.writer = Writer(api, qps=1000, burst=1000)
+        scanner.reports_served = True
+        built = _real()
+        scanner.writer.put(built)
+        workload = ("batch", "Job", "ml", "train")
+        scanner.reports[workload] = ("ml", "job-train")
+        forged = {**built.report, "results": [], "summary": {"pass": 1},
+                  "metadata": {**built.report["metadata"], "resourceVersion": "77"}}
+        scanner._report_event("MODIFIED", forged)
+        scanner._restore_reports()  # a stand-by leaves it: whoever leads next digests every report on load
+        assert scanner.index.pending() == 0 and scanner.restored == 0
+        scanner._report_event("MODIFIED", forged)
+        scanner.lease.leading = True
+        scanner._restore_reports()
+        assert workload in scanner.index.dirty and scanner.restored == 1
+        assert scanner.writer.put(built) == "update"
