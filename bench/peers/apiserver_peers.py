@@ -94,8 +94,9 @@ def peer_manifest(kind: str, name: str) -> dict[str, Any]:
         "name": "pytorch", "image": "ghcr.io/example/train:1.4", "resources": {"limits": {"nvidia.com/gpu": 1}},
         "volumeMounts": [{"name": "ckpt", "mountPath": "/checkpoints"}]}],
         "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}]}}
+    # runPolicy.schedulingPolicy: the operator makes a Volcano PodGroup of both pods (a gang gpuguard admits)
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name},
-            "spec": {"pytorchReplicaSpecs": {
+            "spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 2}}, "pytorchReplicaSpecs": {
                 "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template},
                 "Worker": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}}}
 

@@ -28,6 +28,13 @@ def bench():
         yield importlib.import_module("apiserver")
 
 
+@pytest.fixture(scope="module")
+def peers(bench):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(REPO / "bench"))
+        yield importlib.import_module("peers.apiserver_peers")
+
+
 def _judged(obj: dict) -> bool:
     """Whether the webhook's two calls (mutate, then validate the mutated object) admit ``obj``."""
     ctx = RequestContext(operation="CREATE", namespace="bench-probe")
@@ -45,3 +52,9 @@ def test_the_in_force_probe_is_denied(bench) -> None:
 @pytest.mark.parametrize("kind", ["pod", "job", "cpu-pod"])
 def test_every_timed_create_is_admitted(bench, kind: str) -> None:
     assert _judged(bench.manifest(kind, "timed"))
+
+
+def test_every_peer_benchmark_create_is_admitted(peers) -> None:
+    """``--peers`` times one create per kind in every scenario; a denied one would time gpuguard's refusal."""
+    for kind in peers.KINDS:
+        assert _judged(peers.peer_manifest(kind, "timed")), kind
