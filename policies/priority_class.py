@@ -11,7 +11,10 @@ Pod whose ``spec.priority`` disagrees with its class, so the stale value is drop
 same holds for ``spec.preemptionPolicy`` (seen against a real 1.33 apiserver: "the string
 value of PreemptionPolicy (PreemptLowerPriority) must not be provided in pod spec").  A pod
 *template* that carries them (``priority: 0`` copied from a live pod) is dropped too: every
-pod its controller creates would otherwise be refused by the same plugin.
+pod its controller creates would otherwise be refused by the same plugin.  A template that already names
+a class loses them as well: what the plugin computes from the class is what they say or a refusal, and a
+re-apply that merges the manifest's ``priority`` with the stored class would otherwise change an immutable
+Job template on every reconcile.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pydantic import Field
 
 from gpuguard.policies.base import CpuScope, MutatingPolicy, PolicySettings, cpu_objects_if
 from gpuguard.workloads.paths import Replaced
-from gpuguard.workloads.view import WorkloadView
+from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):
@@ -49,15 +52,29 @@ def mutate(view: WorkloadView, settings: Settings) -> bool:
     changed = False
     for template in view.templates:
         if template.spec.get("priorityClassName"):
+            # A class already named (the user's, or the one gpuguard set, brought back by a re-apply's merge with
+            # the stored object): a template's priority beside it is what the Priority plugin computes from the
+            # class anyway, or one it refuses every pod for.  Dropped, so a re-apply of a manifest that sets it
+            # leaves an immutable Job template as stored instead of failing "field is immutable".
+            if not view.kind.is_pod:
+                changed = _drop_computed(view, template) or changed
             continue
         template.spec["priorityClassName"] = name
-        for key in ("priority", "preemptionPolicy"):
-            dropped = template.spec.pop(key, None)
-            # On a bare Pod the apiserver's Priority admission wrote them, not the user.
-            if dropped is not None and not view.kind.is_pod:
-                view.changes.append(Replaced((*template.spec_path, key), dropped, None, "removed"))
+        _drop_computed(view, template)
         changed = True
     return changed
+
+
+def _drop_computed(view: WorkloadView, template: PodTemplate) -> bool:
+    """Drop ``priority``/``preemptionPolicy``, which the apiserver computes from the class; recorded on templates
+    (on a bare Pod the apiserver's Priority admission wrote them, not the user)."""
+    dropped_any = False
+    for key in ("priority", "preemptionPolicy"):
+        dropped = template.spec.pop(key, None)
+        if dropped is not None and not view.kind.is_pod:
+            view.changes.append(Replaced((*template.spec_path, key), dropped, None, "removed"))
+        dropped_any = dropped_any or dropped is not None
+    return dropped_any
 
 
 def cpu_scope(settings: Settings) -> CpuScope:
@@ -73,7 +90,8 @@ POLICY = MutatingPolicy(
     description="Sets `priorityClassName` by workload class (`inference-critical` where the namespace grants "
     "inference preemption, else the non-preempting `inference-standard`; `training-standard` for training, "
     "batch inference and smoke tests; `notebook-dev`) where absent, and drops `spec.priority` and "
-    "`spec.preemptionPolicy` there (pod or template) so the apiserver recomputes them.",
+    "`spec.preemptionPolicy` there (pod or template), and from any template that names a class, so the apiserver "
+    "recomputes them (a re-apply that brings them back leaves an immutable Job template as stored).",
     rationale="Without classes a notebook can hold the GPUs a production model server needs, and nothing "
     "tells the scheduler which pod to preempt.",
     cpu_scope=cpu_scope,

@@ -31,6 +31,7 @@ if command -v go >/dev/null || [ -x /usr/local/go/bin/go ]; then
   bash tests/support/helm/build.sh  # helm for the chart tests (helm lint/template, install e2e; cached)
   bash tests/support/promtool/build.sh  # Prometheus' rule checker, for the monitoring pack's alert tests
   bash tests/support/actionlint/build.sh  # actionlint (and shellcheck) for the workflow lint test (cached)
+  bash tests/support/gitops/build.sh  # Flux's and Argo CD's own drift detection, for the GitOps e2e test (cached)
 else
   echo "test.sh: Go is missing: the e2e tests will skip (and fail under CI=true)"
 fi

@@ -220,7 +220,8 @@ def test_jobset_with_kueue_queue_is_admitted_and_every_replicated_job_mutated(cl
                   {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 2, "completions": 2,
                                                                            "template": {"spec": pod_spec}}}}]}}
     rejected = cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(jobset), check=False)
-    assert rejected.returncode != 0 and "[gang-scheduling] spec: distributed GPU job with 4 GPU pods" in rejected.stderr
+    assert rejected.returncode != 0 and "[gang-scheduling] spec: " in rejected.stderr
+    assert "distributed GPU job with 4 GPU pods" in rejected.stderr  # the reason, whole on its "why:" line
     jobset["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "gpu-queue"}
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(jobset))
     stored = get(cp, "jobset", "llm", "-n", ns)

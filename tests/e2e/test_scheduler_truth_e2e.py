@@ -499,7 +499,7 @@ def test_a_gang_only_cordoned_nodes_could_complete_is_admitted_with_a_warning_an
         return result.stderr if "[schedulable]" in result.stderr else ""
 
     warning = cp.wait_for(warned, timeout=120, interval=0.5, message="the cordoned node in gpuguard's inventory")
-    assert "can't start whole now" in warning and "only cordoned nodes can take it" in warning, warning
+    assert "can't start whole now" in warning and "only cordoned nodes can take" in warning, warning
     raw = run_case(cp, gang, raw_ns)
     clean(cp, raw_ns)
     guarded = run_case(cp, gang, guarded_ns)

@@ -84,7 +84,8 @@ def _not_in_shape(kind: str, policies: list[str]) -> Violation:
     return Violation(policies[0], "warn", "spec",
                      f"this {kind or 'object'} is not in gpuguard's shape; left as is on a metadata-only update "
                      "(no rollout)",
-                     f"run `gpuguard fix` on its manifest or change its spec to apply {', '.join(policies)}",
+                     f"run `gpuguard fix` on its manifest (or change its spec by hand); it applies "
+                     f"{', '.join(policies)}",
                      subject="spec")
 
 

@@ -24,6 +24,7 @@ API_VERSION = "admission.k8s.io/v1"
 # over 256 each may be truncated, the whole set is capped near 4096).
 WARNING_SOFT_LIMIT = 120
 WARNING_HARD_LIMIT = 256
+DENIAL_REASON_LIMIT = 1024  # characters of a cut denial's whole reason, on its own "  why:" line
 REASON_KEPT = 60  # characters of a long warning's reason kept beside its fix (envelope.fix_first)
 WARNINGS_TOTAL_LIMIT = 4000
 AUDIT_VALUE_LIMIT = 1024
@@ -299,9 +300,22 @@ def audit_annotations(violations: list[Violation]) -> dict[str, str]:
 
 
 def denial_message(kind: str, denials: list[Violation]) -> str:
-    """The 403's message: a header, then one line per denial in the warnings' form (``finding_line``)."""
+    """The 403's message: a header, then one line per denial in the warnings' form (``finding_line``).
+
+    A denial cut to its fix-first line is followed by its whole reason on an indented ``why:`` line: kubectl
+    prints a denial's message whole (it cuts warnings only), and the reason is the evidence — "a PodGroup of
+    one", "it can never start whole" — that an ML engineer needs to believe the fix; the first line still
+    fits 256 characters on its own, fix first.
+    """
     header = f"gpuguard denied this {kind or 'object'}: {len(denials)} policy violation(s)"
-    return "\n".join([header, *(finding_line(v, keep_path=True) for v in denials)])
+    lines = [header]
+    for violation in denials:
+        line = finding_line(violation, keep_path=True)
+        lines.append(line)
+        reason = _one_line(violation.message)
+        if reason not in line:
+            lines.append(f"  why: {truncate(reason, DENIAL_REASON_LIMIT)}")
+    return "\n".join(lines)
 
 
 def review(uid: str, response: dict[str, Any]) -> dict[str, Any]:

@@ -83,14 +83,16 @@ def test_every_fixture_denial_is_sent_in_lines_that_fit_with_their_fix():
     long = 0
     for where, violation in denials:
         message = denial_message("Job", [violation])
-        header, line = message.split("\n")
+        header, line, *why = message.split("\n")
         assert header == "gpuguard denied this Job: 1 policy violation(s)"
         assert line == finding_line(violation, keep_path=True) and len(line) <= WARNING_HARD_LIMIT, (where, line)
         assert line.startswith(f"[{violation.policy}] {violation.path[:59]}"), (where, line)  # which field, always
         if len(violation.text) <= WARNING_HARD_LIMIT:
-            assert line == violation.text  # whole
+            assert line == violation.text and not why  # whole
         else:
             assert f": fix: {_first_alternative(violation.fix)}" in line, (where, line)
             assert line.endswith(f"; more: kubectl gpuguard explain {violation.policy}"), (where, line)
+            # the whole reason follows on its own line: the cut line's evidence is never lost
+            assert why == [f"  why: {' '.join(violation.message.split())}"], (where, why)
         long += len(violation.text) > WARNING_HARD_LIMIT
     assert long, "no fixture denial is long enough to be cut: the fix-first form of a denial is untested"
