@@ -1,5 +1,9 @@
 """A list-then-watch of one resource collection, as client-go's reflector does it, in a daemon thread.
 
+The one way gpuguard follows a collection -- the scan's workloads, runtimes, namespaces and reports, the
+server's nodes and DRA claims -- so each costs what its consumer keeps, never what the cluster holds: pages of
+raw JSON, each object handed on and dropped, never the client's model objects of a whole list.
+
 - **List** in pages (``limit`` + ``continue``), so no response holds a whole large collection; an
   expired continue token (410 on a later page) starts the list again from its first page, without the
   token, counting the keys seen afresh: objects of the first try are handed on again (the handler keeps
@@ -25,9 +29,13 @@ import orjson
 
 from gpuguard.kubeapi.client import ApiError, request
 
-log = logging.getLogger("gpuguard.scan.watch")
+log = logging.getLogger("gpuguard.watch")
 Key = tuple[str, str]  # (namespace or "", name)
 PAGE_SIZE = 500
+# The webhook server's pages: smaller, because a page is decoded whole before its objects are slimmed, and the
+# server's memory is what admission runs in (bench/watches.py, 5,000 nodes and 10,000 claim templates: RSS 147 MiB
+# with pages of 500, 124 with 100, 119 with 50; 100 keeps the requests per list to a fifth of 50's).
+SERVER_PAGE_SIZE = 100
 WATCH_SECONDS = 300
 
 
@@ -70,7 +78,7 @@ class ResourceWatch:
         self._stop = threading.Event()
 
     def start(self) -> ResourceWatch:
-        threading.Thread(target=self.run, daemon=True, name=f"gpuguard-scan-{self.name}").start()
+        threading.Thread(target=self.run, daemon=True, name=f"gpuguard-watch-{self.name}").start()
         return self
 
     def stop(self) -> None:

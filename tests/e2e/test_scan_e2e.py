@@ -264,21 +264,36 @@ def test_the_report_follows_the_nodes_of_the_inventory(env: Env) -> None:
 
 
 def test_a_report_someone_edits_or_deletes_is_restored(env: Env) -> None:
-    """A tenant can't edit reports (the default roles don't reach the CRD); whoever can, doesn't keep the edit."""
-    can = env.cp.kubectl("auth", "can-i", "update", "policyreports.wgpolicyk8s.io", "-n", env.ns, "--as=alice",
-                         check=False)
-    assert can.stdout.strip() == "no", can.stdout
+    """A tenant with the default ``edit`` role can't edit reports (the aggregated roles don't reach the CRD);
+    whoever can — a namespace admin, as alice is here — doesn't keep the edit."""
+    env.cp.kubectl("create", "rolebinding", "bob-edit", "--clusterrole=edit", "--user=bob", "-n", env.ns)
+    for user, expected in (("bob", "no"), ("alice", "yes")):
+        can = env.cp.kubectl("auth", "can-i", "update", "policyreports.wgpolicyk8s.io", "-n", env.ns,
+                             f"--as={user}", check=False)
+        assert can.stdout.strip() == expected, (user, can.stdout)
     env.wait_result("legacy", "checkpoint-volume", "fail")
     report = env.reports()["legacy"]
     forged = {**report, "results": [{**r, "result": "pass"} for r in report["results"]],
               "summary": {"pass": len(report["results"]), "fail": 0, "warn": 0, "error": 0, "skip": 0}}
-    env.cp.kubectl("replace", "-f", "-", input=json.dumps(forged))  # an admin's hand, the annotation kept
+    env.cp.kubectl("--as=alice", "replace", "-f", "-", input=json.dumps(forged))  # an admin's hand, the annotation kept
     env.wait_result("legacy", "checkpoint-volume", "fail", timeout=30)
     env.scan.wait_metric("gpuguard_scan_reports_restored_total", lambda v: v >= 1)
     name = env.reports()["legacy"]["metadata"]["name"]
-    env.cp.kubectl("delete", "policyreport", name, "-n", env.ns)
+    env.cp.kubectl("--as=alice", "delete", "policyreport", name, "-n", env.ns)
     env.wait_result("legacy", "checkpoint-volume", "fail", timeout=30)
     env.scan.wait_metric("gpuguard_scan_reports_restored_total", lambda v: v >= 2)
+
+
+def test_a_workload_larger_than_the_scan_keeps_is_read_again_and_reported(env: Env) -> None:
+    """Past 64 KiB of cleaned JSON the scan keeps a digest, and reads the object again to judge it."""
+    sweep = [{"name": f"SWEEP_{i}", "value": "v" * 1000} for i in range(100)]
+    big = _job(env.ns, "big-env", 1, container={"env": sweep, "volumeMounts": [
+        {"name": "ckpt", "mountPath": "/checkpoints"}]},
+        volumes=[{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}])
+    applied = env.tenant.apply(big)  # through the webhook: admitted in its shape
+    assert applied.returncode == 0, applied.stderr
+    env.wait_result("big-env", "checkpoint-volume", "pass")
+    env.scan.wait_metric("gpuguard_scan_workloads_read_again_total", lambda v: v >= 1)
 
 
 def test_deleting_a_workload_removes_its_report(env: Env) -> None:
@@ -323,7 +338,7 @@ def test_two_scanners_write_once_and_the_stand_by_takes_over(env: Env) -> None:
 
 def test_the_watch_lists_in_pages_and_an_expired_resource_version_lists_again(env: Env) -> None:
     from gpuguard.kubeapi import client as kubeapi
-    from gpuguard.webhook.scan.watch import Gone, ResourceWatch
+    from gpuguard.kubeapi.watch import Gone, ResourceWatch
 
     ns = env.tenant.namespace()
     for i in range(5):

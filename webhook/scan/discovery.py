@@ -39,6 +39,12 @@ class Collection:
             return f"/apis/{self.group}/{self.version}/{self.plural}"
         return f"/api/{self.version}/{self.plural}"
 
+    def object_path(self, namespace: str | None, name: str) -> str:
+        """Where one object of the collection is read (``GET``)."""
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        where = f"/namespaces/{namespace}" if namespace else ""
+        return f"{root}{where}/{self.plural}/{name}"
+
 
 class Discovery:
     """API discovery with one request per group version, cached for one call of ``collections``."""

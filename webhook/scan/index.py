@@ -3,9 +3,9 @@
 **Tracked workloads** are the objects users write: an object whose controlling owner is itself of a
 kind gpuguard lists (a Deployment's ReplicaSet and pods, a Job's pods, a JobSet's Jobs) is not
 tracked, its owner is reported.  Each is kept as the compact JSON of the object cleaned of what the
-server set (``audit --cluster``'s ``strip_server_fields``), so memory is linear in the objects
-tracked and a status-only update (a controller counting pods) changes nothing and costs no
-re-evaluation.
+server set (``audit --cluster``'s ``strip_server_fields``) up to ``MAX_KEPT_BYTES``, beyond that as its
+digest alone (read again when it must be judged), so memory per workload is bounded and a status-only
+update (a controller counting pods) changes nothing and costs no re-evaluation.
 
 Every change that can change a decision marks keys dirty: the workload itself, its namespace's
 labels (they pick the config profile), a runtime it may read.  The scanner takes the dirty set.
@@ -14,34 +14,53 @@ Access is under one lock: the watch threads write, the scanner thread reads.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
+from gpuguard.kubeapi.watch import Key
 from gpuguard.webhook.cli.audit.cluster import controller_of, strip_server_fields
 from gpuguard.webhook.cli.audit.cost import is_finished
 from gpuguard.webhook.scan.discovery import Collection
 from gpuguard.webhook.scan.report import Subject
-from gpuguard.webhook.scan.watch import Key
 from gpuguard.workloads.kinds import lookup
 
 WorkloadKey = tuple[str, str, str, str]  # (group, kind, namespace or "", name)
 RuntimeKey = tuple[str, str, str | None, str]
 
 
+# The cleaned JSON of a tracked workload is kept up to this size; a larger one is kept as its digest only and
+# read again from the apiserver when it must be judged (``Entry.body`` None).  What the scan keeps per workload
+# is bounded, whatever users write into their objects: 700 Deployments of 1 MiB would otherwise hold 700 MiB.
+MAX_KEPT_BYTES = 64 * 1024
+
+
 @dataclass(frozen=True)
 class Entry:
-    """One tracked workload: its subject, the cleaned object as JSON, whether it has finished."""
+    """One tracked workload: its subject, the cleaned object as JSON (``None`` past ``MAX_KEPT_BYTES``), the
+    digest that says whether a decision could change, whether it has finished, and where to read it again."""
 
     subject: Subject
-    body: bytes
+    body: bytes | None = field(compare=False)
     finished: bool
+    digest: bytes = b""
+    path: str = field(default="", compare=False)
 
-    def obj(self) -> dict:
+    def obj(self) -> dict | None:
+        """The cleaned object, or ``None`` where only its digest is kept (``Scanner`` reads it again)."""
+        if self.body is None:
+            return None
         loaded: dict = orjson.loads(self.body)
         return loaded
+
+    @classmethod
+    def of(cls, subject: Subject, cleaned: dict, finished: bool, path: str) -> Entry:
+        body = orjson.dumps(cleaned)
+        digest = hashlib.blake2b(body, digest_size=16).digest()
+        return cls(subject, body if len(body) <= MAX_KEPT_BYTES else None, finished, digest, path)
 
 
 class Index:
@@ -76,7 +95,8 @@ class Index:
         raw.setdefault("kind", collection.kind)
         subject = Subject(collection.api_version, collection.kind, meta.get("namespace") or None,
                           meta.get("name") or "", str(meta.get("uid") or ""))
-        entry = Entry(subject, orjson.dumps(strip_server_fields(raw)), is_finished(raw))
+        entry = Entry.of(subject, strip_server_fields(raw), is_finished(raw),
+                         collection.object_path(meta.get("namespace") or None, meta.get("name") or ""))
         with self._lock:
             if self.entries.get(key) == entry:
                 return  # a status-only update: nothing a decision reads has changed

@@ -41,6 +41,8 @@ WRITES = Counter("gpuguard_scan_report_writes_total", "Report writes by operatio
                  "unchanged reports are not written.", ["operation"])
 REPORTS_RESTORED = Counter("gpuguard_scan_reports_restored_total", "Reports someone else edited or deleted, written "
                            "back by the scan (each one is a change to gpuguard's verdicts that RBAC let through).")
+READ_AGAIN = Counter("gpuguard_scan_workloads_read_again_total", "Workloads larger than the scan keeps (64 KiB "
+                     "of cleaned JSON: it keeps their digest) read again from the apiserver to be judged.")
 WRITE_RETRIES = Counter("gpuguard_scan_report_write_retries_total", "Report writes tried again after a passing "
                         "failure (5xx, 429, conflict, timeout), each 1 s doubling to at most 60 s after the last.")
 RETRIES_PENDING = Gauge("gpuguard_scan_report_writes_pending_retry", "Reports whose last write failed and waits "

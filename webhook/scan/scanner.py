@@ -20,8 +20,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from gpuguard.kubeapi import client as kubeapi
+from gpuguard.kubeapi.watch import ResourceWatch
 from gpuguard.webhook.cli.audit import cost
+from gpuguard.webhook.cli.audit.cluster import strip_server_fields
 from gpuguard.webhook.decision import RequestContext
 from gpuguard.webhook.scan import metrics
 from gpuguard.webhook.scan.discovery import Collection, Discovery
@@ -29,7 +33,6 @@ from gpuguard.webhook.scan.index import CachedRuntimes, Index, WorkloadKey
 from gpuguard.webhook.scan.judge import at_risk, judge, policy_ids, policy_titles
 from gpuguard.webhook.scan.lease import Lease
 from gpuguard.webhook.scan.report import API_VERSION, LABEL_SELECTOR, Outcome, build, digest_of
-from gpuguard.webhook.scan.watch import ResourceWatch
 from gpuguard.webhook.scan.writer import ReportKey, Writer
 from gpuguard.workloads.inventory import Inventory
 
@@ -95,6 +98,7 @@ class Scanner:
         self._report_lock = threading.Lock()
         self._report_watches: list[ResourceWatch] = []
         self.restored = 0
+        self.read_again = 0  # large workloads read again to be judged (``index.MAX_KEPT_BYTES``)
 
     # ------------------------------------------------------------------ watches
     def discover(self) -> None:
@@ -332,12 +336,39 @@ class Scanner:
         self._published.update(counts)
         metrics.RETRIES_PENDING.set(len(self.writer.pending))
 
+    def _read_again(self, entry: Any) -> dict | None:
+        """A workload kept as its digest only (past ``index.MAX_KEPT_BYTES``), read again to be judged and let go;
+        ``None`` when it is gone or can't be read now (its next event, or the next resync, judges it)."""
+        try:
+            raw = orjson.loads(kubeapi.request(self.api, "GET", entry.path, timeout=(10, 60)).data)
+        except kubeapi.ApiError as exc:
+            if exc.status != 404:
+                log.warning("reading %s to judge it failed (HTTP %s); judged at its next change or resync",
+                            entry.path, exc.status)
+            return None
+        except Exception as exc:  # noqa: BLE001 - one workload's read must not stop the pass
+            log.warning("reading %s to judge it failed (%s); judged at its next change or resync", entry.path,
+                        type(exc).__name__)
+            return None
+        if str((raw.get("metadata") or {}).get("uid") or "") != entry.subject.uid:
+            return None  # deleted and made again: its own events say so
+        raw.setdefault("apiVersion", entry.subject.api_version)
+        raw.setdefault("kind", entry.subject.kind)
+        return strip_server_fields(raw)
+
     def _judge(self, key: WorkloadKey, entry: Any) -> None:
         namespace = entry.subject.namespace
+        obj = entry.obj()
+        if obj is None:
+            obj = self._read_again(entry)
+            if obj is None:
+                return
+            self.read_again += 1
+            metrics.READ_AGAIN.inc()
         ctx = RequestContext(operation="CREATE", namespace=namespace,
                              namespace_labels=dict(self.index.namespace_labels.get(namespace or "", {})),
                              read_object=self.runtimes)
-        outcome = judge(self.engine.evaluate, entry.obj(), ctx, entry.subject, self.policies, self.titles)
+        outcome = judge(self.engine.evaluate, obj, ctx, entry.subject, self.policies, self.titles)
         facts = metrics.Facts(namespace or "")
         if outcome.relevant:
             built = build(outcome, time.time())

@@ -5,6 +5,11 @@ it as the claim source of every engine the process builds (``gpuguard.workloads.
 a config reload keeps it.  Reviews only read its dict; the apiserver is called from the watch
 threads, never inside a review.  RBAC: ``list`` and ``watch`` on both kinds
 (``deploy/base/rbac.yaml``).
+
+Both kinds are followed by the shared list+watch (``gpuguard.kubeapi.watch.ResourceWatch``): pages of raw JSON,
+each object reduced to its device requests as it arrives, so a tenant's thousands of claim templates cost what
+gpuguard keeps of them (a few requests each), never a whole list decoded at once (the list it replaced: 632 MiB
+beside 250 large templates).
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ import threading
 import time
 from typing import Any
 
-from gpuguard.kubeapi.client import apis, custom_objects, watcher
+from gpuguard.kubeapi.client import apis
+from gpuguard.kubeapi.watch import SERVER_PAGE_SIZE, ResourceWatch
 from gpuguard.workloads.claims import (
     GROUP,
     PLURALS,
@@ -27,14 +33,15 @@ from gpuguard.workloads.claims import (
 )
 
 log = logging.getLogger("gpuguard.claims")
+# How often a cluster that serves no claim API is asked again (quietly) whether it does now.
+REDISCOVER_SECONDS = 300.0
 
 
 class ClaimWatch:
     """A cached list+watch of ResourceClaimTemplates and ResourceClaims, for the webhook.
 
-    One daemon thread per kind lists, then watches from the list's resourceVersion, and
-    re-lists after an error or an expired watch (410) with a capped back-off.  Lookups read a
-    dict (no lock needed: each update replaces one key, which is atomic in CPython).  Only
+    One shared list+watch per kind (paginated, bookmarks, lists again only after a 410, capped back-off).
+    Lookups read a dict (no lock needed: each update replaces one key, which is atomic in CPython).  Only
     the device requests are kept, not whole objects.
     """
 
@@ -43,15 +50,23 @@ class ClaimWatch:
         self._version = version
         self._store: dict[tuple[str, str | None, str], list[DeviceRequest]] = {}
         self._synced: dict[str, bool] = {kind: False for kind in PLURALS}
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.error: str | None = None
+        self._watches: list[ResourceWatch] = []
+        self._discovery_error: str | None = None
+        self.not_served = False  # the cluster serves no version of the claim API (nothing to wait for)
+        self._stopped = threading.Event()
+
+    @property
+    def error(self) -> str | None:
+        """Why a claim list or watch is failing now (``None`` while they work)."""
+        return self._discovery_error or next((w.error for w in self._watches if w.error), None)
 
     # ------------------------------------------------------------------ ClaimSource
     def lookup(self, kind: ClaimKind, namespace: str | None, name: str) -> list[DeviceRequest] | None:
         return self._store.get((kind, namespace, name))
 
     def why_unknown(self) -> str:
+        if self.not_served:
+            return f"the cluster does not serve {GROUP} (DRA)"
         if self.error:
             return f"the claim watch is failing ({self.error})"
         if not all(self._synced.values()):
@@ -60,27 +75,69 @@ class ClaimWatch:
 
     @property
     def synced(self) -> bool:
-        return all(self._synced.values())
+        return self.not_served or all(self._synced.values())
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> ClaimWatch:
-        api = custom_objects(self._api_client)
         version = self._version or self._served_version()
-        for kind, plural in PLURALS.items():
-            thread = threading.Thread(target=self._run, args=(api, version, kind, plural), daemon=True,
-                                      name=f"gpuguard-watch-{plural}")
-            thread.start()
-            self._threads.append(thread)
+        if version is None:
+            # A cluster without DRA (1.33 with the API off, or older): nothing to watch and nothing to wait for.
+            # Said once; discovery is asked again quietly until the API appears (a cluster upgrade).
+            log.info("the cluster does not serve %s: pods that name DRA claims are judged not fully checked; "
+                     "asking again every %.0f s", GROUP, REDISCOVER_SECONDS)
+            self.not_served = True
+            threading.Thread(target=self._wait_for_api, daemon=True, name="gpuguard-claims-discovery").start()
+            return self
+        for watch in self.make_watches(version):
+            watch.start()
         return self
 
-    def stop(self) -> None:
-        self._stop.set()
+    def _wait_for_api(self) -> None:
+        while not self._stopped.wait(REDISCOVER_SECONDS):
+            version = self._served_version(quiet=True)
+            if version is not None:
+                log.info("the cluster now serves %s/%s: watching DRA claims", GROUP, version)
+                self.not_served, self._discovery_error = False, None
+                for watch in self.make_watches(version):
+                    watch.start()
+                return
 
-    def _served_version(self) -> str:
+    def make_watches(self, version: str) -> list[ResourceWatch]:
+        """The list+watch of each kind in ``version``, not started (``start`` runs them in their threads)."""
+        self._watches = [ResourceWatch(self._api_client, f"/apis/{GROUP}/{version}/{plural}",
+                                       lambda event, obj, kind=kind: self._event(kind, event, obj),
+                                       lambda seen, kind=kind: self._listed(kind, seen), name=plural,
+                                       page_size=SERVER_PAGE_SIZE)
+                         for kind, plural in PLURALS.items()]
+        return self._watches
+
+    def stop(self) -> None:
+        self._stopped.set()
+        for watch in self._watches:
+            watch.stop()
+
+    def _event(self, kind: ClaimKind, event: str, obj: dict) -> None:
+        obj["kind"] = kind
+        if event == "DELETED":
+            self._store.pop(self._key(kind, obj), None)
+        else:
+            self._store[self._key(kind, obj)] = device_requests(claim_spec_of(obj))
+
+    def _listed(self, kind: ClaimKind, seen: set[tuple[str, str]]) -> None:
+        """A complete list of ``kind``: claims deleted while nobody watched go."""
+        for key in [k for k in self._store if k[0] == kind and ((k[1] or ""), k[2]) not in seen]:
+            self._store.pop(key, None)
+        self._synced[kind] = True
+
+    def _served_version(self, quiet: bool = False) -> str | None:
+        """The newest version of the claim API the cluster serves; ``None`` when it serves none (a failed discovery
+        falls back to the newest gpuguard knows, and the watch says what fails)."""
         try:
             groups = apis(self._api_client).get_api_versions().groups or []
         except Exception as exc:  # noqa: BLE001 - any API failure: fall back and let the watch report it
-            self.error = f"API discovery failed: {type(exc).__name__}"
+            if quiet:
+                return None
+            self._discovery_error = f"API discovery failed: {type(exc).__name__}"
             return VERSIONS[-1]
         for group in groups:
             if group.name == GROUP:
@@ -88,43 +145,8 @@ class ClaimWatch:
                 for version in VERSIONS:
                     if version in served:
                         return version
-        self.error = f"the apiserver does not serve {GROUP}"
-        return VERSIONS[-1]
-
-    def _run(self, api: Any, version: str, kind: str, plural: str) -> None:
-        delay = 1.0
-        while not self._stop.is_set():
-            try:
-                listing = api.list_cluster_custom_object(GROUP, version, plural)
-                fresh = {}
-                for item in listing.get("items", []):
-                    item["kind"] = kind
-                    fresh[self._key(kind, item)] = device_requests(claim_spec_of(item))
-                for key in [k for k in self._store if k[0] == kind and k not in fresh]:
-                    self._store.pop(key, None)
-                self._store.update(fresh)
-                self._synced[kind] = True
-                self.error = None
-                delay = 1.0
-                resource_version = listing.get("metadata", {}).get("resourceVersion")
-                stream = watcher().stream(api.list_cluster_custom_object, GROUP, version, plural,
-                                              resource_version=resource_version, timeout_seconds=300)
-                for event in stream:
-                    if self._stop.is_set():
-                        return
-                    obj = event.get("object")
-                    if not isinstance(obj, dict) or event.get("type") == "ERROR":
-                        break  # e.g. 410 Gone: list again
-                    obj["kind"] = kind
-                    if event.get("type") == "DELETED":
-                        self._store.pop(self._key(kind, obj), None)
-                    else:
-                        self._store[self._key(kind, obj)] = device_requests(claim_spec_of(obj))
-            except Exception as exc:  # noqa: BLE001 - keep watching; lookups report the failure
-                self.error = f"{plural}: {type(exc).__name__}"
-                log.warning("watching %s failed (%s); retrying in %.0f s", plural, type(exc).__name__, delay)
-                self._stop.wait(delay)
-                delay = min(delay * 2, 60.0)
+        self._discovery_error = f"the apiserver does not serve {GROUP}"
+        return None
 
     @staticmethod
     def _key(kind: str, obj: dict) -> tuple[str, str | None, str]:

@@ -1,9 +1,12 @@
 """The webhook's cached watch of Nodes: the node inventory every engine of the process decides with.
 
-``gpuguard serve --node-inventory`` starts one per process.  A daemon thread lists the Nodes, then
-watches from the list's resourceVersion, and re-lists after an error or an expired watch (410)
-with a capped back-off.  It keeps only what the inventory reads of each node (labels, taints,
-allocatable, whether it is cordoned) and, when nodes change, summarises them into groups
+``gpuguard serve --node-inventory`` starts one per process.  The shared list+watch
+(``gpuguard.kubeapi.watch.ResourceWatch``) lists the Nodes in pages of raw JSON, then watches with bookmarks from the
+list's resourceVersion, and lists again only after a 410 (capped back-off on errors).  Each node is slimmed as it
+arrives to what the inventory reads (labels, taints, allocatable, whether it is cordoned), so memory follows the
+number of nodes times a few hundred bytes, never a whole list of the client's model objects (the list it replaced
+decoded every node in one call: 193 MiB at 1,000 nodes, 582 MiB at 5,000).  When nodes change it summarises them
+into groups
 (``gpuguard.workloads.inventory``) at most every ``settle_seconds`` and hands the result to
 ``on_change``: reviews never wait for it and never summarise anything, whatever the cluster's size.
 
@@ -27,7 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuguard.kubeapi.client import ApiError, core_v1, custom_objects, watcher
+from gpuguard.kubeapi.client import ApiError, custom_objects
+from gpuguard.kubeapi.watch import SERVER_PAGE_SIZE, ResourceWatch
 from gpuguard.workloads.claims import GROUP as DRA_GROUP
 from gpuguard.workloads.claims import VERSIONS as DRA_VERSIONS
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory, from_objects
@@ -76,17 +80,43 @@ class NodeWatch:
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self.synced = False
-        self.error: str | None = None
         self.inventory: Inventory = EMPTY_INVENTORY
+        self._watch = ResourceWatch(api_client, "/api/v1/nodes", self._node_event, self._nodes_listed, name="nodes",
+                                    page_size=SERVER_PAGE_SIZE)
+
+    @property
+    def error(self) -> str | None:
+        """Why the node list or watch is failing now (``None`` while it works)."""
+        return self._watch.error
 
     def start(self) -> NodeWatch:
-        for target, name in ((self._run, "gpuguard-watch-nodes"), (self._summarise_loop, "gpuguard-inventory"),
-                             (self._poll_pools, "gpuguard-nodepools")):
+        self._watch.start()
+        for target, name in ((self._summarise_loop, "gpuguard-inventory"), (self._poll_pools, "gpuguard-nodepools")):
             threading.Thread(target=target, daemon=True, name=name).start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
+        self._watch.stop()
+        self._dirty.set()
+
+    def _node_event(self, kind: str, node: dict) -> None:
+        name = (node.get("metadata") or {}).get("name")
+        if not name:
+            return
+        if kind == "DELETED":
+            self._nodes.pop(name, None)
+        else:
+            self._nodes[name] = _slim(node)
+        if self.synced:
+            self._dirty.set()
+
+    def _nodes_listed(self, seen: set[tuple[str, str]]) -> None:
+        """A complete list: nodes deleted while nobody watched go; the first one makes the watch synced."""
+        names = {name for _, name in seen}
+        for name in [n for n in self._nodes if n not in names]:
+            self._nodes.pop(name, None)
+        self.synced = True
         self._dirty.set()
 
     def _summarise_loop(self) -> None:
@@ -151,40 +181,6 @@ class NodeWatch:
                 except Exception as exc:  # noqa: BLE001 - network errors: keep the last ones, try again
                     log.warning("reading %s failed (%s); keeping the last ones", what, type(exc).__name__)
             self._stop.wait(self._pool_refresh)
-
-    def _run(self) -> None:
-        api = core_v1(self._api_client)
-        serialise = self._api_client.sanitize_for_serialization
-        delay = 1.0
-        while not self._stop.is_set():
-            try:
-                listing = api.list_node()
-                self._nodes = {n["metadata"]["name"]: _slim(n) for n in
-                               (serialise(item) for item in listing.items or [])}
-                self.synced, self.error, delay = True, None, 1.0
-                self._dirty.set()
-                stream = watcher().stream(api.list_node, resource_version=listing.metadata.resource_version,
-                                          timeout_seconds=300)
-                for event in stream:
-                    if self._stop.is_set():
-                        return
-                    raw = event.get("object")
-                    if event.get("type") == "ERROR" or raw is None:
-                        break  # e.g. 410 Gone: list again
-                    node = serialise(raw) if not isinstance(raw, dict) else raw
-                    name = (node.get("metadata") or {}).get("name")
-                    if not name:
-                        continue
-                    if event.get("type") == "DELETED":
-                        self._nodes.pop(name, None)
-                    else:
-                        self._nodes[name] = _slim(node)
-                    self._dirty.set()
-            except Exception as exc:  # noqa: BLE001 - keep watching; the last inventory stays in force
-                self.error = f"nodes: {type(exc).__name__}"
-                log.warning("watching nodes failed (%s); retrying in %.0f s", type(exc).__name__, delay)
-                self._stop.wait(delay)
-                delay = min(delay * 2, 60.0)
 
 
 def start_node_watch(api_client: Any, on_change: Callable[[Inventory], None],

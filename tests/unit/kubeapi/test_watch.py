@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from gpuguard.kubeapi.client import ApiError
+from gpuguard.kubeapi.watch import Gone, ResourceWatch
 from gpuguard.webhook.scan.discovery import Collection
 from gpuguard.webhook.scan.index import Index
-from gpuguard.webhook.scan.watch import Gone, ResourceWatch
 from gpuguard.workloads.kinds import lookup
 from tests.support.builders import bare_pod_spec, make
 from tests.support.fake_apiserver import Call, serve, status

@@ -107,3 +107,34 @@ def test_namespace_labels_and_runtimes_mark_the_workloads_that_read_them() -> No
     batch, _, _ = index.take()
     assert sorted(k[1] for k, _ in batch) == ["Job", "TrainJob"]
     assert index.namespace_labels["ml"] == {"team": "b"}
+
+
+def test_a_large_workload_is_kept_as_its_digest_and_still_tells_status_from_spec() -> None:
+    """Past MAX_KEPT_BYTES only the digest stays (bounded memory per workload); the scanner reads it again."""
+    from gpuguard.webhook.scan.index import MAX_KEPT_BYTES
+
+    index = _index()
+    job = _stored(make("Job", bare_pod_spec(1), name="big"))
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": f"V{i}", "value": "x" * 1000} for i in range(MAX_KEPT_BYTES // 1000 + 8)]
+    index.workload_event(JOBS, "ADDED", job)
+    (key, entry), = index.take()[0]
+    assert entry.body is None and entry.obj() is None and len(entry.digest) == 16
+    assert entry.path == "/apis/batch/v1/namespaces/ml/jobs/big"
+    counted = {**copy.deepcopy(job), "status": {"active": 1}}
+    index.workload_event(JOBS, "MODIFIED", counted)
+    assert index.pending() == 0  # the digest is of the cleaned object: a status change is no change
+    changed = copy.deepcopy(counted)
+    changed["spec"]["backoffLimit"] = 1
+    index.workload_event(JOBS, "MODIFIED", changed)
+    (_, after), = index.take()[0]
+    assert after.digest != entry.digest and after.body is None
+    small = _stored(make("Job", bare_pod_spec(1), name="small"))
+    index.workload_event(JOBS, "ADDED", small)
+    (_, kept), = index.take()[0]
+    assert kept.obj()["metadata"]["name"] == "small" and len(kept.body) <= MAX_KEPT_BYTES
+
+
+def test_a_cluster_scoped_and_a_core_object_are_read_where_the_api_serves_them() -> None:
+    assert PODS.object_path("ml", "p") == "/api/v1/namespaces/ml/pods/p"
+    assert RUNTIMES.object_path(None, "torch") == "/apis/trainer.kubeflow.org/v1alpha1/trainingruntimes/torch"
