@@ -21,6 +21,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuguard.webhook.server import filewatch, limits, logs, metrics, protocol, tls
+from gpuguard.webhook.server.fairness import FairQueue
 from gpuguard.webhook.server.namespaces import NamespaceLabels
 from gpuguard.webhook.server.review import handle_review, json_response
 from gpuguard.webhook.server.state import Active, ServerState, ServeSettings, build_active
@@ -122,6 +123,10 @@ def create_app(settings: ServeSettings, active: Active | None = None,
     # answered while a large review is judged.
     engine_pool = ThreadPoolExecutor(limits.ENGINE_THREADS, thread_name_prefix="gpuguard-engine")
     app.state.engine_pool = engine_pool
+    # Reviews take a slot of the engine's threads in their requester's fair queue (``fairness``): one tenant's
+    # flood waits behind itself and past its share is refused, instead of delaying everyone's reviews.
+    app.state.fair_queue = FairQueue(limits.ENGINE_THREADS, settings.requester_concurrency,
+                                     settings.requester_queue, settings.requester_queue_bytes)
 
     @app.post("/mutate")
     async def mutate(request: Request) -> Response:

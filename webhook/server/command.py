@@ -20,6 +20,9 @@ from gpuguard.webhook.server.limits import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     DEFAULT_READ_TIMEOUT,
+    DEFAULT_REQUESTER_CONCURRENCY,
+    DEFAULT_REQUESTER_QUEUE,
+    DEFAULT_REQUESTER_QUEUE_BYTES,
 )
 
 if TYPE_CHECKING:
@@ -179,6 +182,10 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise StartupError("--max-connections must be at least 1")
     if args.max_connections_per_client < 1:
         raise StartupError("--max-connections-per-client must be at least 1")
+    if args.requester_concurrency < 1:
+        raise StartupError("--requester-concurrency must be at least 1")
+    if args.requester_queue < 0 or args.requester_queue_bytes < 0:
+        raise StartupError("--requester-queue and --requester-queue-bytes must be at least 0")
     if not 0 <= args.port <= 65535:
         raise StartupError(f"--port {args.port} is not a TCP port")
 
@@ -214,6 +221,8 @@ def run_serve(args: argparse.Namespace) -> int:
         shutdown_timeout=args.shutdown_timeout, keep_alive_timeout=args.keep_alive_timeout,
         read_timeout=args.read_timeout, max_connections=args.max_connections,
         max_connections_per_client=args.max_connections_per_client,
+        requester_concurrency=args.requester_concurrency, requester_queue=args.requester_queue,
+        requester_queue_bytes=args.requester_queue_bytes,
         log_level=args.log_level, namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
         dra_claims=args.dra_claims, node_inventory=args.node_inventory, nodepool_refresh=args.nodepool_refresh,
     )
@@ -313,6 +322,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--max-connections-per-client", type=int, default=DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
                         metavar="N", help="close connections beyond this many open ones from one client address, "
                                           "per worker, so one client can't take the whole cap (default: %(default)s)")
+    parser.add_argument("--requester-concurrency", type=int, default=DEFAULT_REQUESTER_CONCURRENCY, metavar="N",
+                        help="reviews of one requester (user or ServiceAccount, in one namespace) judged at a time, "
+                             "per worker; the others wait in its fair queue (default: %(default)s)")
+    parser.add_argument("--requester-queue", type=int, default=DEFAULT_REQUESTER_QUEUE, metavar="N",
+                        help="reviews of one requester that may wait; the next is refused (429) saying so "
+                             "(default: %(default)s)")
+    parser.add_argument("--requester-queue-bytes", type=int, default=DEFAULT_REQUESTER_QUEUE_BYTES, metavar="N",
+                        help="body bytes of one requester's waiting reviews, past which the next is refused "
+                             "(default: %(default)s)")
     parser.add_argument("--namespace-labels", action="store_true",
                         help="read namespace labels from the API (cached 60 s) for profiles that match by label; "
                              "needs get on namespaces")

@@ -19,3 +19,10 @@ ENGINE_THREADS = 4
 # How often a thread holding the GIL hands it over (Python's default is 5 ms): shorter lets the
 # event loop answer probes and small reviews between an engine thread's slices (bench/hostile.py).
 GIL_SWITCH_SECONDS = 0.001
+# Fair queuing per requester (user or ServiceAccount, in a namespace; ``fairness``): reviews of one requester
+# judged at a time, and how many (and how many body bytes) may wait before the next is refused (429).  One at a
+# time leaves the other engine threads to other requesters: the GIL shares the CPU between the threads that run,
+# so a flood holding more of them slows everyone's review (bench/fairness.py).
+DEFAULT_REQUESTER_CONCURRENCY = 1
+DEFAULT_REQUESTER_QUEUE = 32
+DEFAULT_REQUESTER_QUEUE_BYTES = 24 * 1024 * 1024

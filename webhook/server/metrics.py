@@ -40,7 +40,7 @@ REQUESTS = Counter(
 REJECTED = Counter(
     "gpuguard_rejected_requests_total",
     "Requests to /mutate or /validate answered without a review: 400 malformed, 413 too large, 415 "
-    "compressed, or disconnect (the client left mid-body).",
+    "compressed, 429 its requester over its share of the fair queue, or disconnect (the client left mid-body).",
     ["endpoint", "code"],
 )
 CONNECTIONS_REFUSED = Counter(
@@ -57,6 +57,11 @@ DURATION = Histogram(
     "gpuguard_admission_duration_seconds",
     "Time from request body received to response built, per endpoint.",
     ["endpoint"],
+    buckets=DURATION_BUCKETS,
+)
+QUEUE_WAIT = Histogram(
+    "gpuguard_admission_queue_wait_seconds",
+    "Time a review waited for a slot in its requester's fair queue (body read to slot), before it was parsed.",
     buckets=DURATION_BUCKETS,
 )
 CONFIG_RELOADS = Counter(

@@ -25,8 +25,9 @@ from starlette.requests import ClientDisconnect
 from gpuguard.webhook.config.schema import DEFAULT_REVIEW_DEADLINE_SECONDS
 from gpuguard.webhook.decision import Decision, RequestContext
 from gpuguard.webhook.objects import ApiLookup, reads_objects
-from gpuguard.webhook.server import envelope, logs, metrics, scale
+from gpuguard.webhook.server import envelope, fairness, logs, metrics, scale
 from gpuguard.webhook.server.envelope import AdmissionRequest, ReviewError
+from gpuguard.webhook.server.fairness import FairQueue
 from gpuguard.webhook.server.state import ServerState
 
 _IDENTITY = ("", "identity")
@@ -200,14 +201,16 @@ def review_deadline(server: ServerState) -> float:
 
 
 async def _judge_in_time(server: ServerState, endpoint: str, req: AdmissionRequest,
-                         pool: Executor | None) -> tuple[dict[str, Any], Outcome]:
-    """:func:`_judge` within the review deadline, else answered as not judged (per failureMode).
+                         pool: Executor | None, started: float | None = None) -> tuple[dict[str, Any], Outcome]:
+    """:func:`_judge` within the review deadline counted from ``started`` (the body read: the time it waited
+    for a slot is part of it), else answered as not judged (per failureMode).
 
     The engine thread of a review past its deadline runs on to its end (a thread can't be
     stopped; the engine's bounds keep that end near), but nobody waits for it.
     """
     deadline = review_deadline(server)
-    timer = asyncio.timeout(deadline)
+    spent = 0.0 if started is None else time.perf_counter() - started
+    timer = asyncio.timeout(max(deadline - spent, 0.001))
     try:
         async with timer:
             return await _judge(server, endpoint, req, pool)
@@ -242,13 +245,18 @@ def _refused(endpoint: str, status: int, reason: str) -> Response:
 
 
 async def handle_review(request: Request, endpoint: str) -> Response:
-    """The /mutate and /validate route: always an AdmissionReview or an ``{"error": …}`` answer."""
+    """The /mutate and /validate route: always an AdmissionReview or an ``{"error": …}`` answer.
+
+    The body is read, then waits for a slot in its requester's fair queue (``fairness``) before it is parsed and
+    judged: one tenant's flood of heavy reviews waits behind itself, and past its share is refused at once.
+    """
     server: ServerState = request.app.state.server
     pool = getattr(request.app.state, "engine_pool", None)
+    fair: FairQueue | None = getattr(request.app.state, "fair_queue", None)
     started = time.perf_counter()
     try:
         check_encoding(request)
-        req = await _parse(await read_body(request, server.max_body_bytes()), pool)
+        raw = await read_body(request, server.max_body_bytes())
     except ReviewError as exc:
         return _refused(endpoint, exc.status, exc.reason)
     except ClientGone as exc:
@@ -256,12 +264,45 @@ async def handle_review(request: Request, endpoint: str) -> Response:
         logs.server_logger().warning("client disconnected mid-request", extra={"endpoint": endpoint,
                                                                                "reason": str(exc)})
         return Response(status_code=400)  # never delivered: the connection is gone
+    if fair is None:
+        return await _review(server, endpoint, raw, pool, started)
+    head = fairness.flow_of(raw)
+    deadline = review_deadline(server)
+    try:
+        async with fair.slot(head, len(raw), deadline * QUEUE_SHARE_OF_DEADLINE):
+            metrics.QUEUE_WAIT.observe(time.perf_counter() - started)
+            return await _review(server, endpoint, raw, pool, started)
+    except fairness.Refused as exc:
+        return _over_share(endpoint, head, exc)
+
+
+# At most this share of the review deadline is spent waiting for a slot; the rest is the judging's.
+QUEUE_SHARE_OF_DEADLINE = 0.5
+
+
+def _over_share(endpoint: str, head: fairness.Head, refused: fairness.Refused) -> Response:
+    """A review its requester's queue would not take: 429 in the AdmissionReview, so kubectl shows why."""
+    metrics.REJECTED.labels(endpoint=endpoint, code="429").inc()
+    logs.server_logger().warning("review refused: its requester is over its share", extra={
+        "endpoint": endpoint, "uid": head.uid, "user": head.flow.user, "namespace": head.flow.namespace,
+        "reason": refused.reason})
+    review = envelope.deny(head.uid, 429, "TooManyRequests", refused.reason)
+    return Response(content=orjson.dumps(review), media_type="application/json")
+
+
+async def _review(server: ServerState, endpoint: str, raw: bytes, pool: Executor | None,
+                  started: float) -> Response:
+    """Parse, judge and answer one review body (within what is left of the review deadline)."""
+    try:
+        req = await _parse(raw, pool)
+    except ReviewError as exc:
+        return _refused(endpoint, exc.status, exc.reason)
     skip = skip_reason(endpoint, req)
     if skip is not None:
         review, outcome = envelope.allow(req.uid), Outcome("allowed", skipped=skip)
     else:
         try:
-            review, outcome = await _judge_in_time(server, endpoint, req, pool)
+            review, outcome = await _judge_in_time(server, endpoint, req, pool, started)
         except Exception as exc:  # nothing a review holds may turn into a 500: refuse what could not be judged
             logs.server_logger().error("review failed; answering per failureMode",
                                        extra={"uid": req.uid, **logs.exception_summary(exc)})

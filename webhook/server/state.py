@@ -20,6 +20,9 @@ from gpuguard.webhook.server.limits import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     DEFAULT_READ_TIMEOUT,
+    DEFAULT_REQUESTER_CONCURRENCY,
+    DEFAULT_REQUESTER_QUEUE,
+    DEFAULT_REQUESTER_QUEUE_BYTES,
 )
 from gpuguard.webhook.server.namespaces import NamespaceLabels, profiles_use_labels
 
@@ -51,6 +54,9 @@ class ServeSettings:
     read_timeout: float = DEFAULT_READ_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
+    requester_concurrency: int = DEFAULT_REQUESTER_CONCURRENCY  # reviews of one requester judged at a time
+    requester_queue: int = DEFAULT_REQUESTER_QUEUE  # ... and waiting, past which it is refused (429)
+    requester_queue_bytes: int = DEFAULT_REQUESTER_QUEUE_BYTES  # ... and the bodies waiting
     log_level: str = "info"
     namespace_labels: bool = False  # look namespace labels up in the API (profiles may select by label)
     kubeconfig: str | None = None
