@@ -177,15 +177,21 @@ def dev_webhook_patch() -> str:
 
 
 def scale_get_rules(indent: str = "  ") -> str:
-    """The ClusterRole rules that let the server get what ``kubectl scale`` scales (a Scale has no template)."""
+    """The ClusterRole rules that let the server get what ``kubectl scale`` scales (a Scale has no template), and
+    the CRDs that say where a custom resource's Scale lands."""
     from gpuguard.workloads.kinds import KINDS
 
     by_group: dict[str, list[str]] = {}
     for spec in KINDS:
-        if spec.scale_replicas is not None:
-            by_group.setdefault(spec.group, []).append(spec.plural)
-    return "".join(f"{indent}- apiGroups: {json.dumps([group])}\n{indent}  resources: {json.dumps(plurals)}\n"
-                   f"{indent}  verbs: [\"get\"]\n" for group, plurals in by_group.items())
+        if spec.scalable:
+            plurals = by_group.setdefault(spec.group, [])
+            if spec.plural not in plurals:
+                plurals.append(spec.plural)
+    rules = "".join(f"{indent}- apiGroups: {json.dumps([group])}\n{indent}  resources: {json.dumps(plurals)}\n"
+                    f"{indent}  verbs: [\"get\"]\n" for group, plurals in by_group.items())
+    # where a custom resource's Scale lands, when the kind table does not say: its CRD's scale subresource
+    return rules + (f"{indent}- apiGroups: [\"apiextensions.k8s.io\"]\n{indent}  resources: "
+                    f"[\"customresourcedefinitions\"]\n{indent}  verbs: [\"get\"]\n")
 
 
 # ---------------------------------------------------------------- tests/kinds

@@ -269,6 +269,31 @@ def test_kubectl_scale_of_a_pytorchjob_past_its_cap_is_denied(env):
     assert stored["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 7
 
 
+def test_kubectl_scale_of_a_kind_whose_crd_declares_the_scale_is_judged_from_the_crd(env):
+    """The kind table declares no scale for TFJob; this cluster's CRD does (as Kubeflow's own does, on Worker):
+    the webhook's rule covers every custom resource's scale, and the server reads where the replicas land from
+    the CRD the cluster serves."""
+    crd = yaml.safe_load((ROOT / "tests" / "support" / "cluster" / "crds" / "tfjob.yaml").read_text())
+    crd["spec"]["versions"][0]["subresources"]["scale"] = {
+        "specReplicasPath": ".spec.tfReplicaSpecs.Worker.replicas",
+        "statusReplicasPath": ".status.replicaStatuses.Worker.active"}
+    env.cp.kubectl("apply", "-f", "-", input=dump(crd))
+    env.cp.kubectl("wait", "--for=condition=Established", "crd/tfjobs.kubeflow.org", "--timeout=60s")
+    ns = env.namespace()
+    env.cp.kubectl("create", "rolebinding", "alice-crd", "--clusterrole=cluster-admin", f"--user={USER}", "-n", ns)
+    role = {"template": {"spec": job(ns, "x")["spec"]["template"]["spec"]}}
+    role["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+    obj = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+           "metadata": {"name": "tf", "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+           "spec": {"tfReplicaSpecs": {"Chief": {"replicas": 1, **role}, "Worker": {"replicas": 1, **role}}}}
+    env.as_user("apply", "-f", "-", input=dump(obj))
+    within = env.as_user("scale", "tfjob/tf", "--replicas=7", "-n", ns, check=False)  # 8 x 8 = 64
+    assert within.returncode == 0, within.stderr
+    result = env.as_user("scale", "tfjob/tf", "--replicas=100", "-n", ns, check=False)
+    assert result.returncode != 0 and "[gpu-request-shape]" in result.stderr, result.stderr
+    assert env.get("tfjob", "tf", "-n", ns)["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 7
+
+
 def test_a_deployment_already_over_its_cap_may_scale_down_but_not_up(env):
     ns = LEGACY["ns"]  # "overcap": 72 GPUs, created before gpuguard
     up = env.as_user("scale", "deployment/overcap", "--replicas=10", "-n", ns, check=False)

@@ -47,7 +47,8 @@ class WebhookConfigError(ValueError):
 
 
 def scale_rules() -> list[dict[str, Any]]:
-    """UPDATE of the ``scale`` subresource of every kind that has one (``KindSpec.scale_replicas``)."""
+    """UPDATE of the ``scale`` subresource of every kind that may have one (``KindSpec.scalable``: declared, or a
+    custom resource whose CRD may declare one; a rule for a subresource a CRD lacks never matches)."""
     rules = []
     for rule in build_rules(["UPDATE"], scale=True):
         scales = [r for r in rule["resources"] if r.endswith("/scale")]
@@ -82,13 +83,13 @@ def build_rules(operations: list[str], scale: bool = False,
     Kinds sharing a group but not versions (``MPIJob`` v2beta1/v1 next to ``PyTorchJob`` v1)
     get separate rules: a rule is a cross product of groups x versions x resources, so merging
     them would intercept versions that don't exist.  Pods are always included.  ``scale`` adds
-    the ``scale`` subresource of every kind that has one (``KindSpec.scale_replicas``), so that
+    the ``scale`` subresource of every kind that may have one (``KindSpec.scalable``), so that
     ``kubectl scale`` is held to the same per-workload caps as an edit of ``spec.replicas``.
     """
     grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for spec in all_kinds() if kinds is None else kinds:
         plurals = grouped.setdefault((spec.group, spec.versions), [])
-        for resource in (spec.plural, *([f"{spec.plural}/scale"] if scale and spec.scale_replicas else [])):
+        for resource in (spec.plural, *([f"{spec.plural}/scale"] if scale and spec.scalable else [])):
             if resource not in plurals:
                 plurals.append(resource)
     return [

@@ -132,8 +132,9 @@ async def _as_workload_update(server: ServerState, req: AdmissionRequest) -> Adm
     """A ``scale`` review becomes an UPDATE of the workload it scales (see ``gpuguard.webhook.server.scale``)."""
     kind = scale.scalable_kind(req)
     assert kind is not None
+    path = await asyncio.to_thread(server.workloads.replicas_path, req, kind)
     parent = await asyncio.to_thread(server.workloads.read, req)
-    return scale.as_workload_update(req, kind, parent)
+    return scale.as_workload_update(req, kind, parent, path)
 
 
 async def _prefetch(server: ServerState, req: AdmissionRequest) -> None:

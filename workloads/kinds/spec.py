@@ -284,8 +284,9 @@ class KindSpec:
     # Fields the apiserver (or the kind's own operator webhook) refuses to change on UPDATE.  On an
     # UPDATE gpuguard leaves each as the stored object has it (see ``gpuguard.webhook.engine.update``).
     immutable: tuple[Path, ...] = ()
-    # Where the ``scale`` subresource's ``spec.replicas`` lands in the object, for kinds that have
-    # one: scaling is validated like an UPDATE of that field (GPU totals hold).
+    # Where the ``scale`` subresource's ``spec.replicas`` lands in the object, declared for kinds known to have
+    # one: scaling is validated like an UPDATE of that field (GPU totals hold).  A custom resource without it may
+    # still have one: its CRD says where (``scalable``; read from the cluster when a Scale arrives).
     scale_replicas: Path | None = None
     runtime: TemplateSource | None = None  # the object holding the pod templates, when not this one
     merged_runtime: MergedRuntime | None = None  # a runtime the operator merges into this kind's pods
@@ -328,6 +329,13 @@ class KindSpec:
         """Built-in kinds: the apiserver validates their pod templates on create, so a bad template
         is refused at once; a custom resource is accepted and its pods fail one by one later."""
         return self.group in ("", "batch", "apps")
+
+    @property
+    def scalable(self) -> bool:
+        """Whether ``kubectl scale`` may reach it: a declared ``scale_replicas``, or a custom resource, whose CRD may
+        declare a scale subresource gpuguard's table does not know (Kubeflow's TFJob, an operator's next release):
+        the webhook's scale rule covers it, and the CRD the cluster serves says where the replicas land."""
+        return self.scale_replicas is not None or not self.validated_by_apiserver
 
     @property
     def api_group_kind(self) -> tuple[str, str]:

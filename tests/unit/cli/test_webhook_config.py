@@ -261,8 +261,10 @@ def test_registered_in_the_gpuguard_entry_point() -> None:
 
 def test_scale_subresources_are_validated_not_mutated() -> None:
     mutating, validating = _build()
-    scaled = {s.plural for s in KINDS if s.scale_replicas}
-    assert scaled >= {"deployments", "statefulsets", "replicasets", "leaderworkersets"}
+    scaled = {s.plural for s in KINDS if s.scalable}  # declared, or a custom resource whose CRD may declare it
+    assert scaled >= {"deployments", "statefulsets", "replicasets", "leaderworkersets", "tfjobs", "models"}
+    assert not scaled & {"jobs", "cronjobs", "daemonsets", "pods"} - {s.plural for s in KINDS
+                                                                    if not s.validated_by_apiserver}
     scale_hook = validating["webhooks"][-1]
     assert scale_hook["name"] == wc.SCALE_WEBHOOK_NAME and scale_hook["failurePolicy"] == "Ignore"
     assert {r for rule in scale_hook["rules"] for r in rule["resources"]} == {f"{p}/scale" for p in scaled}

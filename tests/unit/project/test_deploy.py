@@ -194,15 +194,17 @@ def test_rbac_is_least_privilege() -> None:
         {"apiGroups": ["serving.kserve.io"], "resources": ["servingruntimes", "clusterservingruntimes"],
          "verbs": ["get", "list"]},
     ]
-    # `get` on exactly the kinds whose scale subresource gpuguard validates (the workload behind a Scale),
-    # the runtimes a TrainJob names and the core objects policies read (a shared claim's access modes).
+    # `get` on exactly the kinds whose scale subresource gpuguard validates (the workload behind a Scale) and the
+    # CRDs that say where a custom resource's Scale lands, the runtimes a TrainJob names and the core objects
+    # policies read (a shared claim's access modes).
     from gpuguard.webhook.objects import READABLE_CORE
     from gpuguard.workloads.kinds import KINDS
 
     gets = {(g, res) for r in role["rules"] if r["verbs"] == ["get"] for g in r["apiGroups"] for res in r["resources"]}
     runtimes = {(k.runtime.group, plural) for k in KINDS if k.runtime for _, _, plural in k.runtime.resources}
     core = {(group, plural) for (group, _), (_, plural) in READABLE_CORE.items()}
-    assert gets == {(k.group, k.plural) for k in KINDS if k.scale_replicas} | runtimes | core
+    crds = {("apiextensions.k8s.io", "customresourcedefinitions")}
+    assert gets == {(k.group, k.plural) for k in KINDS if k.scalable} | crds | runtimes | core
     binding = one(objects, "ClusterRoleBinding", "gpuguard")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": "gpuguard"}

@@ -85,3 +85,88 @@ def test_a_workload_already_over_its_cap_may_shrink_or_change_but_never_grow(kin
     assert ENGINE.evaluate(same.object, ctx).allowed
     relabelled = dict(stored, metadata={**stored["metadata"], "labels": {**stored["metadata"]["labels"], "a": "b"}})
     assert ENGINE.evaluate(relabelled, ctx).allowed
+
+
+# -- kinds whose scale the cluster's CRD declares ------------------------------------------------------------------
+def test_every_custom_resource_kind_is_in_the_scale_rule():
+    """A rule for a subresource a CRD lacks never matches; one missing for a CRD that has it lets `kubectl scale`
+    through unjudged (KubeAI's Model, Kubeflow's TFJob): every custom resource kind is covered."""
+    from gpuguard.webhook.cli.webhook_config import scale_rules
+
+    covered = {(g, r.removesuffix("/scale")) for rule in scale_rules() for g in rule["apiGroups"]
+               for r in rule["resources"]}
+    custom = {(k.group, k.plural) for k in KINDS if not k.validated_by_apiserver}
+    assert custom and custom <= covered
+    assert ("batch", "jobs") not in covered and ("", "pods") not in covered  # no Scale: never asked for
+
+
+@pytest.mark.parametrize("path, expected", [(".spec.replicas", ("spec", "replicas")),
+                                            (".spec.tfReplicaSpecs.Worker.replicas",
+                                             ("spec", "tfReplicaSpecs", "Worker", "replicas"))])
+def test_a_crds_replicas_path_is_read_as_a_path(path, expected):
+    from gpuguard.webhook.server.scale import replicas_path
+
+    assert replicas_path(path) == expected
+
+
+@pytest.mark.parametrize("path", [None, "", "spec.replicas", ".status.replicas", ".spec.workers[0].replicas",
+                                  ".spec..replicas"])
+def test_a_replicas_path_that_is_not_a_plain_path_under_spec_is_a_scale_error(path):
+    from gpuguard.webhook.server.scale import replicas_path
+
+    with pytest.raises(ScaleError):
+        replicas_path(path)
+
+
+def _tfjob_crd(scale: dict | None) -> dict:
+    version = {"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}}
+    if scale is not None:
+        version["subresources"]["scale"] = scale
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "tfjobs.kubeflow.org"}, "spec": {"group": "kubeflow.org", "versions": [version]}}
+
+
+def test_the_server_reads_where_a_scale_lands_from_the_crd_once(tmp_path):
+    import json
+
+    from gpuguard.webhook.server.scale import WorkloadReader
+    from tests.support.fake_apiserver import serve
+
+    crd = _tfjob_crd({"specReplicasPath": ".spec.tfReplicaSpecs.Worker.replicas"})
+    with serve(lambda call: (200, crd)) as (server, api):
+        kubeconfig = tmp_path / "kubeconfig"
+        host = api.configuration.host
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "t",
+            "clusters": [{"name": "t", "cluster": {"server": host}}], "users": [{"name": "t", "user": {"token": "t"}}],
+            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
+        reader = WorkloadReader(str(kubeconfig))
+        tfjob = next(k for k in KINDS if k.kind == "TFJob")
+        assert tfjob.scale_replicas is None and tfjob.scalable
+        req = scale_request("tfjobs", "kubeflow.org", 100)
+        assert scalable_kind(req) is tfjob
+        assert reader.replicas_path(req, tfjob) == ("spec", "tfReplicaSpecs", "Worker", "replicas")
+        assert reader.replicas_path(req, tfjob) == ("spec", "tfReplicaSpecs", "Worker", "replicas")
+        assert [c.path for c in server.calls] == ["/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                                                  "tfjobs.kubeflow.org"]  # cached after the first
+        crd.update(_tfjob_crd(None))
+        reader._paths.clear()
+        with pytest.raises(ScaleError, match="declares no scale subresource"):
+            reader.replicas_path(req, tfjob)
+
+
+def test_a_tfjob_scaled_past_the_gpu_total_by_its_crds_path_is_a_new_finding():
+    tfjob = next(k for k in KINDS if k.kind == "TFJob")
+    role = {"replicas": 1, "template": {"spec": pvc_pod_spec(8)}}
+    stored = ENGINE.evaluate({"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+                              "metadata": {"name": "w", "namespace": "ml",
+                                           "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+                              "spec": {"tfReplicaSpecs": {"Chief": role, "Worker": role}}}).mutated
+    req = scale_request("tfjobs", "kubeflow.org", 100)
+    update = as_workload_update(req, tfjob, stored, ("spec", "tfReplicaSpecs", "Worker", "replicas"))
+    assert get_path(update.object, ("spec", "tfReplicaSpecs", "Worker", "replicas")) == 100
+    decision = ENGINE.evaluate(update.object, RequestContext(operation="UPDATE", namespace="ml", validate=True,
+                                                             mutate=False, old_object=stored))
+    assert any(v.policy == "gpu-request-shape" for v in decision.denials), decision.violations
+    with pytest.raises(ScaleError, match="does not know where"):
+        as_workload_update(req, tfjob, stored)  # no path declared and none given
