@@ -20,6 +20,11 @@ Two such jobs can deadlock each other.  What really gangs, judged by semantics, 
   XGBoostJob, JAXJob, JobSet: a PodGroup with ``minMember`` = all replicas), or of any kind with the workload annotation
   ``kai.scheduler/batch-min-member`` covering the GPU pods (KAI gives a plain Job ``minMember: 1``).
 
+* the cluster's own gang (Kubernetes 1.35+, KEP-4671): every GPU pod template naming its group, ``spec.workloadRef``
+  (1.35: a Workload's pod group) or ``spec.schedulingGroup`` (1.36: a PodGroup, which the Job controller also
+  makes from a Workload's templates); kube-scheduler's GangScheduling plugin holds the pods until the group's
+  ``minCount`` can be placed.
+
 ``schedulerName: volcano`` alone does not gang: Volcano gives such pods an automatic PodGroup of
 one (``minMember: 1``).  Only pods that hold GPUs at the same time count: the CPU initializer
 pods of a Kubeflow Trainer JobSet, which run before the trainer, are not part of the gang.
@@ -74,6 +79,16 @@ def _in_pod_group(template: PodTemplate, settings: Settings) -> bool:
     return False
 
 
+# Pod spec fields that put a pod in a group kube-scheduler gangs (KEP-4671): 1.36's PodGroup, 1.35's Workload.
+IN_TREE_GROUP_FIELDS = ("schedulingGroup", "workloadRef")
+
+
+def _in_tree_group(template: PodTemplate) -> bool:
+    """The template names its pod group for kube-scheduler's own gang (a non-empty reference)."""
+    return any(isinstance(template.spec.get(key), (dict, str)) and template.spec.get(key)
+               for key in IN_TREE_GROUP_FIELDS)
+
+
 def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
@@ -95,7 +110,7 @@ def _why_not_ganged(view: WorkloadView, gang: Gang, settings: Settings, pods: in
             return f"{dotted(gang.min_available)} is {minimum}, fewer than its {pods} GPU pods"  # type: ignore[arg-type]
         return None
     templates = view.gpu_templates
-    if all(_in_pod_group(t, settings) for t in templates):
+    if all(_in_pod_group(t, settings) or _in_tree_group(t) for t in templates):
         return None
     if all(t.spec.get("schedulerName") in settings.pod_grouper_schedulers for t in templates):
         return _why_not_pod_grouped(view, settings, pods, templates[0].spec.get("schedulerName"))
@@ -143,7 +158,8 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     yield Finding(("spec",), f"distributed GPU job with {pods} GPU pods is not gang-scheduled ({missing}): some "
                   "pods start and hold GPUs while the rest pend, and the job never makes progress",
                   "add a Kueue queue label (kueue.x-k8s.io/queue-name), a Kubeflow runPolicy.schedulingPolicy, a "
-                  "coscheduling pod-group label (scheduling.x-k8s.io/pod-group) on its GPU pod templates, "
+                  "coscheduling pod-group label (scheduling.x-k8s.io/pod-group) or, on Kubernetes 1.35+, a "
+                  "spec.workloadRef / spec.schedulingGroup on its GPU pod templates, "
                   f"schedulerName: volcano with the annotation {MIN_MEMBER_ANNOTATION}: \"{pods}\", or "
                   f"schedulerName: kai-scheduler with the annotation {KAI_MIN_MEMBER_ANNOTATION}: \"{pods}\"")
 
@@ -155,7 +171,9 @@ POLICY = ValidatingPolicy(
     run=validate,
     description="Multi-pod GPU jobs (Kubeflow jobs with workers, JobSet, Job with parallelism > 1, Volcano Job) must "
     "really gang: a Kueue queue label, a Kubeflow `schedulingPolicy` or Volcano Job whose `minAvailable` covers the "
-    "GPU pods, a coscheduling/Volcano pod-group label, `schedulerName: volcano` with a `group-min-member` "
+    "GPU pods, a coscheduling/Volcano pod-group label, the cluster's own gang (`spec.workloadRef` or "
+    "`spec.schedulingGroup` on every GPU pod template, Kubernetes 1.35+), `schedulerName: volcano` with a "
+    "`group-min-member` "
     "annotation (`schedulerName` alone is a PodGroup of one), or `schedulerName: kai-scheduler` on the kinds KAI "
     "gangs itself (Kubeflow jobs, JobSet) or with a `batch-min-member` annotation. Only pods holding GPUs at once "
     "count.",
