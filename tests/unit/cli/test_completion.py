@@ -65,7 +65,7 @@ def test_gpuguard_answers_each_shell_with_verbs_flags_and_formats(shell: str, tm
     flags = {w.strip() for w in _answer(shell, "gpuguard audit -", tmp_path)}
     assert {"-o", "--output", "-f", "--filename", "-q", "--quiet", "--output-file", "--cluster"} <= flags
     formats = [w.strip() for w in _answer(shell, "gpuguard audit -o ", tmp_path)]
-    assert formats == ["table", "json", "junit", "sarif", "policyreport", "html"]
+    assert formats == ["table", "json", "junit", "sarif", "policyreport", "openreports", "html"]
     assert [w.strip() for w in _answer(shell, "kubectl-gpuguard evaluate --output j", tmp_path)] == ["json"]
 
 

@@ -228,6 +228,35 @@ def test_policyreport_maps_mutations_to_pass_with_the_change() -> None:
     assert "ttlSecondsAfterFinished" in ttl["message"]
 
 
+@pytest.mark.parametrize(("fmt", "crds", "kinds"), [
+    ("policyreport", "policyreport", ("PolicyReport", "ClusterPolicyReport")),
+    ("openreports", "openreports", ("Report", "ClusterReport"))])
+def test_report_streams_are_valid_against_their_api_schema(report: AuditReport, fmt: str, crds: str,
+                                                             kinds: tuple[str, str]) -> None:
+    """Both report APIs, strictly: a field the CRD does not declare would be pruned by the apiserver and never
+    reach Policy Reporter."""
+    import jsonschema
+
+    from tests.unit.scan.test_report import _strict
+
+    schemas = {crd["spec"]["names"]["kind"]: _strict(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+               for crd in yaml.safe_load_all((REPO / "tests" / "support" / crds / "crds.yaml").read_text()) if crd}
+    assert set(schemas) == set(kinds)
+    docs = list(yaml.safe_load_all(rendered(report, fmt)))
+    assert {d["kind"] for d in docs} == set(kinds)
+    for doc in docs:
+        jsonschema.validate(doc, schemas[doc["kind"]])
+    if fmt == "openreports":
+        assert all(d["apiVersion"] == "openreports.io/v1alpha1" and d["source"] == "gpuguard" for d in docs)
+        # the same findings as the PolicyReports, result for result
+        same = list(yaml.safe_load_all(rendered(report, "policyreport")))
+
+        def untimed(reports: list[dict]) -> list[list[dict]]:
+            return [[{k: v for k, v in r.items() if k != "timestamp"} for r in d["results"]] for d in reports]
+
+        assert untimed(docs) == untimed(same)
+
+
 # ---------------------------------------------------------------------------------------------- table, html
 def test_table_lists_findings_changes_and_summary(report: AuditReport) -> None:
     text = rendered(report, "table", width=140)

@@ -25,6 +25,7 @@ FORMATS: dict[str, str] = {
     "junit": "junit",
     "sarif": "sarif",
     "policyreport": "policyreport",
+    "openreports": "openreports",
     "html": "htmlreport",
 }
 # Formats meant for people reading a terminal; the others are files for tools.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import time
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import yaml
@@ -31,6 +32,19 @@ from gpuguard.workloads.kinds import lookup
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 REPORT_NAME = "gpuguard-audit"
+
+
+@dataclass(frozen=True)
+class ReportApi:
+    """Which report API a stream is written in: the Policy WG's PolicyReports, or OpenReports (``openreports``)."""
+
+    api_version: str
+    namespaced_kind: str
+    cluster_kind: str
+    source_field: bool = False  # OpenReports names the producing engine once, at the report level
+
+
+POLICY_REPORTS = ReportApi(API_VERSION, "PolicyReport", "ClusterPolicyReport")
 SOURCE = "gpuguard"
 RESULTS = {"deny": ("fail", "high"), "warn": ("warn", "medium"), "audit": ("warn", "low")}
 _RANK = {"fail": 3, "warn": 2, "error": 4, "skip": 1, "pass": 0}
@@ -90,13 +104,16 @@ def _workload_results(item: AuditItem, report: AuditReport, ts: dict[str, int]) 
     return out
 
 
-def _header(kind: str, namespace: str | None, summary: dict[str, int]) -> dict[str, Any]:
+def _header(api: ReportApi, kind: str, namespace: str | None, summary: dict[str, int]) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": REPORT_NAME,
                                 "labels": {"app.kubernetes.io/managed-by": "gpuguard",
                                            "app.kubernetes.io/name": "gpuguard"}}
     if namespace:
         metadata["namespace"] = namespace
-    return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata, "summary": summary, "results": []}
+    head: dict[str, Any] = {"apiVersion": api.api_version, "kind": kind, "metadata": metadata}
+    if api.source_field:
+        head["source"] = SOURCE
+    return {**head, "summary": summary, "results": []}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -127,6 +144,8 @@ class Writer:
     namespace, which is the order of a report's ``results``: worst result first, then by policy, then in
     input order.  One report per namespace is written at the end, its ``summary`` counts first."""
 
+    API = POLICY_REPORTS
+
     def __init__(self, report: AuditReport, out: TextIO, options: RenderOptions, now: float | None = None) -> None:
         self.report, self.out = report, out
         self.ts = {"seconds": int(now if now is not None else time.time()), "nanos": 0}
@@ -155,13 +174,13 @@ class Writer:
     def finish(self) -> None:
         self._add(None, [_result(SOURCE, "error", message, self.ts) for message in self.report.extra_errors])
         namespaces = sorted(ns for ns in self.counts if ns is not None)
-        reports: list[tuple[str, str | None]] = [("PolicyReport", ns) for ns in namespaces]
+        reports: list[tuple[str, str | None]] = [(self.API.namespaced_kind, ns) for ns in namespaces]
         if None in self.counts or not reports:
-            reports.append(("ClusterPolicyReport", None))
+            reports.append((self.API.cluster_kind, None))
         order = sorted(self.buckets)
         for kind, namespace in reports:
             counts = self.counts.get(namespace, {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0})
-            head = _dump(_header(kind, namespace, counts), explicit_start=True)
+            head = _dump(_header(self.API, kind, namespace, counts), explicit_start=True)
             if not any(counts.values()):
                 self.out.write(head)
                 continue
@@ -174,9 +193,9 @@ class Writer:
             spool.close()
 
 
-def build(report: AuditReport, now: float | None = None) -> list[dict[str, Any]]:
+def build(report: AuditReport, now: float | None = None, writer: type[Writer] | None = None) -> list[dict[str, Any]]:
     """The reports of ``report``'s items: a PolicyReport per namespace (sorted), then the ClusterPolicyReport
-    (for tests: the text the writer writes, parsed)."""
+    (for tests: the text the writer writes, parsed; ``writer``: another report API's writer)."""
     out = io.StringIO()
-    write_all(Writer(report, out, RenderOptions(), now=now), report.items)
+    write_all((writer or Writer)(report, out, RenderOptions(), now=now), report.items)
     return [doc for doc in yaml.safe_load_all(out.getvalue()) if doc is not None]
