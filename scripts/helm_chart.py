@@ -248,8 +248,10 @@ def scan(repo: Path) -> tuple[str, dict[str, Any]]:
                 container["resources"] = _mark("scanResources")
                 args = container["args"]
                 args[args.index("--lease-namespace") + 1] = _mark("ns")
+                args[args.index("--report-api") + 1] = _mark("reportApi")
             docs.append(doc)
     scalars = {"ns": NS, "scanReplicas": "{{ .Values.scan.replicas }}", "pullPolicy": "{{ .Values.image.pullPolicy }}",
+               "reportApi": '{{ .Values.scan.reportApi | default "policyreports" }}',
                "image": '"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"'}
     parts = [fill(_dump(d), scalars, {"scanResources": _yaml(".Values.scan.resources")}) for d in docs]
     parts = [part + CONFIGURED_KIND_RULES if _is_scan_cluster_role(doc) else part for part, doc in zip(parts, docs,
@@ -553,6 +555,7 @@ prometheusRule:
 scan:
   enabled: false
   replicas: {scanReplicas}
+  reportApi: policyreports  # or openreports: openreports.io/v1alpha1 Reports (Kyverno 1.15+'s API) instead
   resources:
 {scanResources}
 """
@@ -680,6 +683,8 @@ VALUE_DOCS: dict[str, Any] = {
         "enabled": ({"type": "boolean"}, "The background scan (`gpuguard scan`, deploy/scan): a PolicyReport per "
                     "GPU workload and cost metrics; needs the wgpolicyk8s.io PolicyReport CRDs."),
         "replicas": ({"type": "integer", "minimum": 0}, "Replicas of the scan (one writes, by Lease)."),
+        "reportApi": ({"type": "string", "enum": ["policyreports", "openreports"]}, "The reports the scan writes: "
+                      "wgpolicyk8s.io PolicyReports, or openreports.io Reports (`gpuguard scan --report-api`)."),
         "resources": (RESOURCES, "The scan container's requests and limits."),
     },
 }

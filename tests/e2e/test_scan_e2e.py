@@ -296,6 +296,30 @@ def test_a_workload_larger_than_the_scan_keeps_is_read_again_and_reported(env: E
     env.scan.wait_metric("gpuguard_scan_workloads_read_again_total", lambda v: v >= 1)
 
 
+def test_the_scan_writes_openreports_when_asked(env: Env) -> None:
+    """``--report-api openreports``: the same verdicts as openreports.io/v1alpha1 Reports, which the apiserver
+    validates against CRDs written from the API's field list (a second scan with its own Lease)."""
+    crds = ROOT / "tests" / "support" / "openreports" / "crds.yaml"
+    env.cp.kubectl("apply", "-f", str(crds))
+    env.cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds), timeout=70)
+    other = ScanProcess(env.workdir, env.kubeconfig, env.config, "scan-openreports", "--report-api", "openreports",
+                        "--lease-name", "gpuguard-scan-openreports").start()
+    try:
+        def legacy() -> dict | None:
+            items = env.cp.kubectl_json("get", "reports.openreports.io", "-n", env.ns)["items"]
+            return next((r for r in items if r["scope"]["name"] == "legacy"), None)
+
+        report = env.cp.wait_for(legacy, timeout=90, interval=1, message="legacy's OpenReport")
+        assert report["apiVersion"] == "openreports.io/v1alpha1" and report["source"] == "gpuguard"
+        fails = [r["policy"] for r in report["results"] if r["result"] == "fail"]
+        assert "checkpoint-volume" in fails
+        same = env.reports()["legacy"]
+        assert sorted((r["policy"], r["result"]) for r in report["results"]) == \
+            sorted((r["policy"], r["result"]) for r in same["results"])
+    finally:
+        other.stop()
+
+
 def test_deleting_a_workload_removes_its_report(env: Env) -> None:
     env.cp.wait_for(lambda: "legacy" in env.reports(), timeout=60)
     env.cp.kubectl("--as=alice", "delete", "job", "legacy", "-n", env.ns, "--wait=false")

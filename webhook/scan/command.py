@@ -18,7 +18,8 @@ from gpuguard.webhook.exitcodes import ExitCode
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "scan", description="Watch every workload gpuguard knows, judge it with the webhook's engine and keep "
-        "wgpolicyk8s.io/v1alpha2 PolicyReports (one per workload, owned by it) and Prometheus metrics (findings, "
+        "wgpolicyk8s.io/v1alpha2 PolicyReports or OpenReports (one per workload, owned by it) and Prometheus metrics "
+        "(findings, "
         "GPU-hours a day at risk, accelerators) current. Replicas elect one writer with a Lease. See docs/reports.md.")
     parser.add_argument("--config", help="GpuguardConfig file, reloaded when it changes (default: built-in)")
     parser.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG, in-cluster, then ~/.kube/config)")
@@ -41,6 +42,9 @@ def register(subparsers: Any) -> None:
                         "webhook without --node-inventory)")
     parser.add_argument("--dra-claims", action="store_true", help="watch DRA ResourceClaimTemplates and "
                         "ResourceClaims to count the devices pods' resourceClaims ask for (as the webhook's flag)")
+    parser.add_argument("--report-api", choices=("policyreports", "openreports"), default="policyreports",
+                        help="the reports written: wgpolicyk8s.io/v1alpha2 PolicyReports, or openreports.io/v1alpha1 "
+                        "Reports (Kyverno's newer API; Policy Reporter reads both) (default: %(default)s)")
     parser.add_argument("--metrics-host", default="0.0.0.0", help="metrics address (default: %(default)s)")
     parser.add_argument("--metrics-port", type=int, default=9090, help="port of /metrics, 0 for none (default: "
                         "%(default)s)")
@@ -66,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                         lease_name=args.lease_name, identity=args.identity, resync=args.resync, settle=args.settle,
                         page_size=args.page_size, write_qps=args.write_qps, write_burst=args.write_burst,
                         lease_duration=args.lease_duration, node_inventory=not args.no_node_inventory,
-                        dra_claims=args.dra_claims)
+                        dra_claims=args.dra_claims, report_api=args.report_api)
     if args.metrics_port:
         from prometheus_client import start_http_server
 

@@ -30,8 +30,9 @@ from typing import Any
 import orjson
 
 from gpuguard.webhook.decision import NO_ACCELERATOR_CATEGORY, Decision, Violation, report_category
+from gpuguard.webhook.reportapi import POLICY_REPORTS, ReportApi
 
-API_VERSION = "wgpolicyk8s.io/v1alpha2"
+API_VERSION = POLICY_REPORTS.api_version  # the default report API
 SOURCE = "gpuguard"
 NAME_PREFIX = "gpuguard-"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuguard", "gpuguard.io/report": "scan"}
@@ -206,8 +207,8 @@ def digest_of(report: Mapping[str, Any]) -> str:
     return hashlib.sha256(body).hexdigest()[:32]
 
 
-def build(outcome: Outcome, now: float) -> Built:
-    """The report of one workload, evaluated at ``now`` (Unix seconds)."""
+def build(outcome: Outcome, now: float, api: ReportApi = POLICY_REPORTS) -> Built:
+    """The report of one workload, evaluated at ``now`` (Unix seconds), in ``api`` (PolicyReports or OpenReports)."""
     subject = outcome.subject
     ts = {"seconds": int(now), "nanos": 0}
     results = _fit(results_of(outcome, ts), ts, subject)
@@ -220,8 +221,11 @@ def build(outcome: Outcome, now: float) -> Built:
     }
     if subject.namespace:
         metadata["namespace"] = subject.namespace
-    report: dict[str, Any] = {"apiVersion": API_VERSION, "kind": subject.report_kind, "metadata": metadata,
-                              "scope": subject.ref(), "summary": summary, "results": results}
+    report: dict[str, Any] = {"apiVersion": api.api_version, "kind": api.kind_for(subject.namespace),
+                              "metadata": metadata}
+    if api.source_field:
+        report["source"] = SOURCE
+    report.update(scope=subject.ref(), summary=summary, results=results)
     digest = digest_of(report)
     metadata["annotations"] = {DIGEST_ANNOTATION: digest}
     return Built(report, digest, summary)

@@ -27,12 +27,13 @@ from gpuguard.kubeapi.watch import ResourceWatch
 from gpuguard.webhook.cli.audit import cost
 from gpuguard.webhook.cli.audit.cluster import strip_server_fields
 from gpuguard.webhook.decision import RequestContext
+from gpuguard.webhook.reportapi import REPORT_APIS
 from gpuguard.webhook.scan import metrics
 from gpuguard.webhook.scan.discovery import Collection, Discovery
 from gpuguard.webhook.scan.index import CachedRuntimes, Index, WorkloadKey
 from gpuguard.webhook.scan.judge import at_risk, judge, policy_ids, policy_titles
 from gpuguard.webhook.scan.lease import Lease
-from gpuguard.webhook.scan.report import API_VERSION, LABEL_SELECTOR, Outcome, build, digest_of
+from gpuguard.webhook.scan.report import LABEL_SELECTOR, Outcome, build, digest_of
 from gpuguard.webhook.scan.writer import ReportKey, Writer
 from gpuguard.workloads.inventory import Inventory
 
@@ -56,6 +57,7 @@ class Settings:
     lease_duration: float = 15.0
     node_inventory: bool = True
     dra_claims: bool = False
+    report_api: str = "policyreports"  # or "openreports" (gpuguard.webhook.reportapi.REPORT_APIS)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -80,7 +82,8 @@ class Scanner:
         identity = settings.identity or f"{os.uname().nodename}-{os.getpid()}"
         self.lease = Lease(api, settings.lease_namespace, settings.lease_name, identity,
                            duration=settings.lease_duration, renew_deadline=settings.lease_duration * 2 / 3)
-        self.writer = Writer(api, settings.write_qps, settings.write_burst)
+        self.report_api = REPORT_APIS[settings.report_api]
+        self.writer = Writer(api, settings.write_qps, settings.write_burst, report_api=self.report_api)
         self.watches: dict[tuple[str, str, str], ResourceWatch] = {}
         self.facts: dict[WorkloadKey, metrics.Facts] = {}
         self.reports: dict[WorkloadKey, ReportKey] = {}
@@ -107,19 +110,20 @@ class Scanner:
         workloads, runtimes = discovery.collections()
         for note in discovery.notes:
             log.warning("%s", note)
-        served = discovery.serves("wgpolicyk8s.io", "v1alpha2", "policyreports")
+        api = self.report_api
+        served = discovery.serves(api.group, api.version, api.plural)
         if not served and self.reports_served is not False:
-            log.warning("the cluster does not serve wgpolicyk8s.io/v1alpha2 PolicyReports (install the CRDs, "
-                        "docs/reports.md): metrics only until a resync finds them")
+            log.warning("the cluster does not serve %s %ss (install the CRDs, docs/reports.md): metrics only until "
+                        "a resync finds them", api.api_version, api.kind)
         if served and self.reports_served is False:
             self._full_due = True  # the CRDs arrived: write every report
         self.reports_served = served
         if served and not self._report_watches:
             self._report_watches = [
-                ResourceWatch(self.api, f"/apis/{API_VERSION}/{plural}", self._report_event, lambda seen: None,
+                ResourceWatch(self.api, path, self._report_event, lambda seen: None,
                               page_size=self.settings.page_size, label_selector=LABEL_SELECTOR,
-                              name=f"{plural}.gpuguard").start()
-                for plural in ("policyreports", "clusterpolicyreports")]
+                              name=f"{path.rsplit('/', 1)[-1]}.gpuguard").start()
+                for path in api.everywhere()]
         metrics.REPORTS_SERVED.set(1 if served else 0)
         self.index.listed |= {(c.group, c.kind) for c in workloads}
         for c in workloads:
@@ -371,7 +375,7 @@ class Scanner:
         outcome = judge(self.engine.evaluate, obj, ctx, entry.subject, self.policies, self.titles)
         facts = metrics.Facts(namespace or "")
         if outcome.relevant:
-            built = build(outcome, time.time())
+            built = build(outcome, time.time(), self.report_api)
             if self.reports_served:
                 self.writer.put(built)
             self.reports[key] = (namespace or "", built.report["metadata"]["name"])

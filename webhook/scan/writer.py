@@ -35,11 +35,11 @@ import orjson
 import urllib3
 
 from gpuguard.kubeapi.client import ApiError, request
-from gpuguard.webhook.scan.report import API_VERSION, GROUP_LABEL, KIND_LABEL, LABEL_SELECTOR, Built, digest_of
+from gpuguard.webhook.reportapi import POLICY_REPORTS, ReportApi
+from gpuguard.webhook.scan.report import GROUP_LABEL, KIND_LABEL, LABEL_SELECTOR, Built, digest_of
 
 log = logging.getLogger("gpuguard.scan.writer")
 ReportKey = tuple[str, str]  # (namespace or "", name)
-GROUP_PATH = "/apis/" + API_VERSION
 RETRY_FIRST = 1.0  # seconds before the first retry of a failed write
 RETRY_MAX = 60.0  # the longest wait between two retries of one report
 # what a request raises when no answer came: a timeout, a refused or dropped connection
@@ -58,11 +58,6 @@ class Retry:
     failures: int
     due: float  # time.monotonic()
     built: Built | None
-
-
-def _path(namespace: str, name: str | None = None) -> str:
-    base = f"{GROUP_PATH}/namespaces/{namespace}/policyreports" if namespace else f"{GROUP_PATH}/clusterpolicyreports"
-    return f"{base}/{name}" if name else base
 
 
 class TokenBucket:
@@ -89,8 +84,10 @@ class Writer:
     """The reports in the cluster, as far as this process knows them, and the writes that keep them so."""
 
     def __init__(self, api: Any, qps: float = 20.0, burst: int = 50, *, timeout: float = 30.0,
-                 retry_first: float = RETRY_FIRST, retry_max: float = RETRY_MAX) -> None:
+                 retry_first: float = RETRY_FIRST, retry_max: float = RETRY_MAX,
+                 report_api: ReportApi = POLICY_REPORTS) -> None:
         self.api = api
+        self.report_api = report_api
         self.bucket = TokenBucket(qps, burst)
         self.timeout = timeout
         self.retry_first, self.retry_max = retry_first, retry_max
@@ -102,11 +99,14 @@ class Writer:
         self.pending: dict[ReportKey, Retry] = {}
         self._refused: dict[ReportKey, int] = {}  # the status last logged per refused report: logged once
 
+    def _path(self, namespace: str, name: str | None = None) -> str:
+        return self.report_api.path(namespace or None, name)
+
     def load(self) -> None:
         """What reports exist now (this process's or a previous leader's), with their digests."""
         known: dict[ReportKey, tuple[str, str]] = {}
         kinds: dict[ReportKey, tuple[str, str]] = {}
-        for path in (f"{GROUP_PATH}/policyreports", f"{GROUP_PATH}/clusterpolicyreports"):
+        for path in self.report_api.everywhere():
             token = None
             while True:
                 query = {"labelSelector": LABEL_SELECTOR, "limit": 500, "continue": token}
@@ -167,7 +167,7 @@ class Writer:
             return
         self.bucket.take()
         try:
-            request(self.api, "DELETE", _path(*key), timeout=self.timeout).release_conn()
+            request(self.api, "DELETE", self._path(*key), timeout=self.timeout).release_conn()
             self.writes["delete"] += 1
         except ApiError as exc:
             if exc.status != 404:
@@ -217,12 +217,12 @@ class Writer:
 
     def _create(self, key: ReportKey, built: Built) -> str:
         try:
-            created = orjson.loads(request(self.api, "POST", _path(key[0]), body=built.report,
+            created = orjson.loads(request(self.api, "POST", self._path(key[0]), body=built.report,
                                            timeout=self.timeout).data)
         except ApiError as exc:
             if exc.status != 409:
                 raise
-            current = orjson.loads(request(self.api, "GET", _path(*key), timeout=self.timeout).data)
+            current = orjson.loads(request(self.api, "GET", self._path(*key), timeout=self.timeout).data)
             return self._replace(key, built, (current.get("metadata") or {}).get("resourceVersion", ""))
         self.known[key] = (built.digest, created["metadata"]["resourceVersion"])
         self.kinds[key] = _kind_of(built.report["metadata"].get("labels") or {})
@@ -232,16 +232,16 @@ class Writer:
     def _replace(self, key: ReportKey, built: Built, version: str) -> str:
         body = {**built.report, "metadata": {**built.report["metadata"], "resourceVersion": version}}
         try:
-            stored = orjson.loads(request(self.api, "PUT", _path(*key), body=body, timeout=self.timeout).data)
+            stored = orjson.loads(request(self.api, "PUT", self._path(*key), body=body, timeout=self.timeout).data)
         except ApiError as exc:
             if exc.status == 404:  # deleted behind our back (by hand, or by the garbage collector)
                 self.known.pop(key, None)
                 return self._create(key, built)
             if exc.status != 409:
                 raise
-            current = orjson.loads(request(self.api, "GET", _path(*key), timeout=self.timeout).data)
+            current = orjson.loads(request(self.api, "GET", self._path(*key), timeout=self.timeout).data)
             body["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion", "")
-            stored = orjson.loads(request(self.api, "PUT", _path(*key), body=body, timeout=self.timeout).data)
+            stored = orjson.loads(request(self.api, "PUT", self._path(*key), body=body, timeout=self.timeout).data)
         self.known[key] = (built.digest, stored["metadata"]["resourceVersion"])
         self.kinds[key] = _kind_of(built.report["metadata"].get("labels") or {})
         self.writes["update"] += 1

@@ -351,6 +351,10 @@ def test_scan_enabled_renders_deploy_scan_in_the_release_namespace() -> None:
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--lease-namespace") + 1] == "ml-platform"
     assert moved[("Role", "gpuguard-scan-lease")]["metadata"]["namespace"] == "ml-platform"
+    assert args[args.index("--report-api") + 1] == "policyreports"
+    opened = template("scan.enabled=true", "scan.reportApi=openreports")[("Deployment", "gpuguard-scan")]
+    opened_args = opened["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert opened_args[opened_args.index("--report-api") + 1] == "openreports"
     for binding in (("ClusterRoleBinding", "gpuguard-scan"), ("RoleBinding", "gpuguard-scan-lease")):
         assert moved[binding]["subjects"][0]["namespace"] == "ml-platform"
     assert ("ServiceMonitor", "gpuguard-scan") not in on

@@ -59,7 +59,8 @@ def test_the_cluster_role_lets_the_scan_list_and_watch_every_kind_and_runtime_an
     assert not any(("", r) in _granted(rules, v) for r in ("secrets", "configmaps") for v in ("get", "list", "watch"))
     assert all("*" not in rule["apiGroups"] and "*" not in rule["resources"] for rule in rules)
     writes = {(g, r) for v in ("create", "update", "delete") for g, r in _granted(rules, v)}
-    assert writes == {("wgpolicyk8s.io", "policyreports"), ("wgpolicyk8s.io", "clusterpolicyreports")}
+    assert writes == {("wgpolicyk8s.io", "policyreports"), ("wgpolicyk8s.io", "clusterpolicyreports"),
+                      ("openreports.io", "reports"), ("openreports.io", "clusterreports")}  # --report-api
 
 
 def test_the_lease_is_written_only_in_gpuguards_namespace_and_only_by_its_name() -> None:

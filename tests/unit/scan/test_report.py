@@ -195,3 +195,30 @@ def test_the_audit_and_the_scan_give_a_workload_the_same_category(tmp_path) -> N
     assert by_name["bert"] == {"nvidia.com/gpu"}
     assert by_name["bert"] == {r["category"] for r in _report_of(gpu).report["results"]}
     assert by_name["etl"] == {report.CPU_CATEGORY} == {"no accelerator"}
+
+
+def test_the_scan_writes_openreports_with_the_same_results_when_asked() -> None:
+    """``gpuguard scan --report-api openreports``: Report/ClusterReport in openreports.io/v1alpha1, valid against
+    CRDs written from the API's field list, saying what the PolicyReport says (same digest, same results)."""
+    from gpuguard.webhook.reportapi import OPEN_REPORTS
+    from gpuguard.webhook.scan.writer import Writer
+
+    crds = yaml.safe_load_all((REPO / "tests/support/openreports/crds.yaml").read_text())
+    schemas = {c["spec"]["names"]["kind"]: _strict(c["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+               for c in crds if c}
+    job = make("Job", bare_pod_spec(2), name="bert")
+    ctx = RequestContext(operation="CREATE", namespace="ml")
+    outcome = judge(ENGINE.evaluate, job, ctx, _subject(job), POLICIES, TITLES)
+    polr, opened = report.build(outcome, NOW), report.build(outcome, NOW, OPEN_REPORTS)
+    doc = opened.report
+    jsonschema.validate(doc, schemas[doc["kind"]])
+    assert (doc["apiVersion"], doc["kind"], doc["source"]) == ("openreports.io/v1alpha1", "Report", "gpuguard")
+    assert doc["results"] == polr.report["results"] and opened.digest == polr.digest
+    assert doc["metadata"]["labels"] == polr.report["metadata"]["labels"]  # the sweep and restore select by them
+    cluster = report.build(judge(ENGINE.evaluate, job, ctx, Subject("batch/v1", "Job", None, "x", "u"),
+                                 POLICIES, TITLES), NOW, OPEN_REPORTS).report
+    assert cluster["kind"] == "ClusterReport" and "namespace" not in cluster["metadata"]
+    jsonschema.validate(cluster, schemas["ClusterReport"])
+    writer = Writer(None, report_api=OPEN_REPORTS)
+    assert writer._path("ml", "gpuguard-u") == "/apis/openreports.io/v1alpha1/namespaces/ml/reports/gpuguard-u"
+    assert writer._path("", "gpuguard-u") == "/apis/openreports.io/v1alpha1/clusterreports/gpuguard-u"

@@ -56,7 +56,7 @@ def test_every_audit_format_shows_the_custom_finding(capsys, tmp_path, fmt):
     elif fmt == "junit":
         failures = ET.fromstring(text).findall(".//testcase/failure")
         assert any(TEXT in (f.get("message", "") + (f.text or "")) for f in failures)
-    elif fmt == "policyreport":
+    elif fmt in ("policyreport", "openreports"):
         [result] = [r for r in yaml.safe_load(text)["results"] if r["policy"] == "gpu-registry"]
         assert result["message"] == TEXT and result["result"] == "fail"
     elif fmt == "html":

@@ -9,8 +9,7 @@ on each result.
 from __future__ import annotations
 
 from gpuguard.webhook.cli.audit.formats import policyreport
-
-OPEN_REPORTS = policyreport.ReportApi("openreports.io/v1alpha1", "Report", "ClusterReport", source_field=True)
+from gpuguard.webhook.reportapi import OPEN_REPORTS
 
 
 class Writer(policyreport.Writer):

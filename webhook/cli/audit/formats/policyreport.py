@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import time
-from dataclasses import dataclass
 from typing import Any, TextIO
 
 import yaml
@@ -28,23 +27,14 @@ from gpuguard.webhook.cli.audit.formats import RenderOptions, write_all
 from gpuguard.webhook.cli.audit.formats.spool import Spool
 from gpuguard.webhook.cli.audit.run import AuditItem, AuditReport
 from gpuguard.webhook.decision import NO_ACCELERATOR_CATEGORY, report_category
+from gpuguard.webhook.reportapi import POLICY_REPORTS, ReportApi
 from gpuguard.workloads.kinds import lookup
 
-API_VERSION = "wgpolicyk8s.io/v1alpha2"
+API_VERSION = POLICY_REPORTS.api_version
 REPORT_NAME = "gpuguard-audit"
 
 
-@dataclass(frozen=True)
-class ReportApi:
-    """Which report API a stream is written in: the Policy WG's PolicyReports, or OpenReports (``openreports``)."""
 
-    api_version: str
-    namespaced_kind: str
-    cluster_kind: str
-    source_field: bool = False  # OpenReports names the producing engine once, at the report level
-
-
-POLICY_REPORTS = ReportApi(API_VERSION, "PolicyReport", "ClusterPolicyReport")
 SOURCE = "gpuguard"
 RESULTS = {"deny": ("fail", "high"), "warn": ("warn", "medium"), "audit": ("warn", "low")}
 _RANK = {"fail": 3, "warn": 2, "error": 4, "skip": 1, "pass": 0}
@@ -174,7 +164,7 @@ class Writer:
     def finish(self) -> None:
         self._add(None, [_result(SOURCE, "error", message, self.ts) for message in self.report.extra_errors])
         namespaces = sorted(ns for ns in self.counts if ns is not None)
-        reports: list[tuple[str, str | None]] = [(self.API.namespaced_kind, ns) for ns in namespaces]
+        reports: list[tuple[str, str | None]] = [(self.API.kind, ns) for ns in namespaces]
         if None in self.counts or not reports:
             reports.append((self.API.cluster_kind, None))
         order = sorted(self.buckets)
