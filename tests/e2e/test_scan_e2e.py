@@ -302,8 +302,10 @@ def test_the_scan_writes_openreports_when_asked(env: Env) -> None:
     crds = ROOT / "tests" / "support" / "openreports" / "crds.yaml"
     env.cp.kubectl("apply", "-f", str(crds))
     env.cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds), timeout=70)
-    other = ScanProcess(env.workdir, env.kubeconfig, env.config, "scan-openreports", "--report-api", "openreports",
-                        "--lease-name", "gpuguard-scan-openreports").start()
+    # its own Lease, which the scan's RBAC does not name: run with the admin's kubeconfig (the RBAC for the
+    # openreports.io reports is held by tests/unit/project/test_scan_deploy.py)
+    other = ScanProcess(env.workdir, env.cp.kubeconfig, env.config, "scan-openreports", "--report-api", "openreports",
+                        "--lease-name", "gpuguard-scan-openreports", "--lease-namespace", "gpuguard").start()
     try:
         def legacy() -> dict | None:
             items = env.cp.kubectl_json("get", "reports.openreports.io", "-n", env.ns)["items"]
