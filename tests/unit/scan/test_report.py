@@ -8,7 +8,6 @@ and Policy Reporter would never see it.
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import jsonschema
 import pytest
@@ -21,26 +20,14 @@ from gpuguard.webhook.scan import report
 from gpuguard.webhook.scan.judge import judge, policy_ids, policy_titles
 from gpuguard.webhook.scan.report import MAX_REPORT_BYTES, Outcome, Subject
 from tests.support.builders import bare_pod_spec, cpu_container, make, pvc_pod_spec
+from tests.support.crd_schemas import crd_schemas
 from tests.support.paths import REPO
 
 CRDS = list(yaml.safe_load_all((REPO / "tests/support/policyreport/crds.yaml").read_text()))
 NOW = 1_790_000_000.0
 
 
-def _strict(schema: Any) -> Any:
-    """The CRD's schema with ``additionalProperties: false`` wherever it lists properties."""
-    if isinstance(schema, dict):
-        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
-        if "properties" in out and "additionalProperties" not in out:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_strict(v) for v in schema]
-    return schema
-
-
-SCHEMAS = {crd["spec"]["names"]["kind"]: _strict(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
-           for crd in CRDS}
+SCHEMAS = crd_schemas(REPO / "tests/support/policyreport/crds.yaml")
 CONFIG = parse_config_text((REPO / "policies/default-config.yaml").read_text())
 ENGINE = Engine(CONFIG)
 POLICIES = policy_ids(CONFIG)
@@ -203,9 +190,7 @@ def test_the_scan_writes_openreports_with_the_same_results_when_asked() -> None:
     from gpuguard.webhook.reportapi import OPEN_REPORTS
     from gpuguard.webhook.scan.writer import Writer
 
-    crds = yaml.safe_load_all((REPO / "tests/support/openreports/crds.yaml").read_text())
-    schemas = {c["spec"]["names"]["kind"]: _strict(c["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
-               for c in crds if c}
+    schemas = crd_schemas(REPO / "tests/support/openreports/crds.yaml")
     job = make("Job", bare_pod_spec(2), name="bert")
     ctx = RequestContext(operation="CREATE", namespace="ml")
     outcome = judge(ENGINE.evaluate, job, ctx, _subject(job), POLICIES, TITLES)

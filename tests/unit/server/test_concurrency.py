@@ -84,7 +84,10 @@ def test_probes_and_other_reviews_are_answered_while_a_slow_review_runs():
         while not held.entered.is_set():  # the slow review is inside the engine
             await asyncio.sleep(0.005)
         ready = await tracked("readyz", "/readyz")
-        other = await tracked("other", "/mutate", review(_named("normal")))
+        # another requester's review (one requester's reviews wait for each other: fair queuing, fairness.py)
+        normal = review(_named("normal"))
+        normal["request"]["userInfo"]["username"] = "bob@example.com"
+        other = await tracked("other", "/mutate", normal)
         assert not slow.done()
         held.release.set()
         return ready, other, await slow

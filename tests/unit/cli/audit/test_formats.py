@@ -237,10 +237,9 @@ def test_report_streams_are_valid_against_their_api_schema(report: AuditReport, 
     reach Policy Reporter."""
     import jsonschema
 
-    from tests.unit.scan.test_report import _strict
+    from tests.support.crd_schemas import crd_schemas
 
-    schemas = {crd["spec"]["names"]["kind"]: _strict(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
-               for crd in yaml.safe_load_all((REPO / "tests" / "support" / crds / "crds.yaml").read_text()) if crd}
+    schemas = crd_schemas(REPO / "tests" / "support" / crds / "crds.yaml")
     assert set(schemas) == set(kinds)
     docs = list(yaml.safe_load_all(rendered(report, fmt)))
     assert {d["kind"] for d in docs} == set(kinds)
