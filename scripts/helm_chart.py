@@ -267,6 +267,7 @@ CONFIGURED_KIND_RULES = """{{- range ((.Values.config | default "" | fromYaml).k
   resources:
   - {{ .plural | quote }}
   verbs:
+  - get
   - list
   - watch
 {{- end }}

@@ -23,7 +23,6 @@ from tests.support.builders import bare_pod_spec, cpu_container, make, pvc_pod_s
 from tests.support.crd_schemas import crd_schemas
 from tests.support.paths import REPO
 
-CRDS = list(yaml.safe_load_all((REPO / "tests/support/policyreport/crds.yaml").read_text()))
 NOW = 1_790_000_000.0
 
 
