@@ -12,8 +12,10 @@ Each review takes a slot before its body is parsed and judged (parsing a 3 MiB b
   flow that sent one.  A review's cost grows with its body (``COST_BYTES``) and doubles for a dry run, which
   stores nothing and so costs its sender nothing;
 * a flow may keep ``max_queued`` reviews (and ``max_queued_bytes`` of bodies) waiting: past that it gets a
-  fast refusal (429) that names the limit, instead of a timeout for everyone; so does a review that waited past
-  its deadline in the queue.  Memory stays bounded by what waits, whatever a flow sends.
+  refusal (429) that names the limit, instead of a timeout for everyone — held back a second by the server, body
+  dropped, so a client looping on refusals can't make the server read bodies as fast as it refuses them; a review
+  that waited past its bound in the queue is refused the same way at once.  Memory stays bounded by what waits,
+  whatever a flow sends.
 
 The requester is read from the raw body with a bounded scan (``flow_of``) before the body is parsed: the
 apiserver writes ``uid``, ``namespace`` and ``userInfo`` before the object.  A client that writes to gpuguard
@@ -98,9 +100,9 @@ def flow_of(raw: bytes) -> Head:
 class Refused(Exception):
     """A review the queue would not take, or that waited past its deadline: answered 429 at once."""
 
-    def __init__(self, flow: Flow, reason: str) -> None:
+    def __init__(self, flow: Flow, reason: str, waited: bool = False) -> None:
         super().__init__(reason)
-        self.flow, self.reason = flow, reason
+        self.flow, self.reason, self.waited = flow, reason, waited  # waited: it was queued, then timed out
 
 
 @dataclass
@@ -189,7 +191,8 @@ class FairQueue:
                 waiter.granted.cancel()
                 self._unqueue(waiter)
                 raise Refused(flow, f"waited {timeout:g} s for gpuguard behind other reviews from {flow} (at most "
-                                    f"{self.per_flow} of one requester are judged at a time); retry") from None
+                                    f"{self.per_flow} of one requester are judged at a time); retry",
+                              waited=True) from None
         except asyncio.CancelledError:  # the client left or the server stops: give back what was granted
             if waiter.granted.done() and not waiter.granted.cancelled():
                 self._release(flow)

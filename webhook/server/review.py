@@ -274,11 +274,20 @@ async def handle_review(request: Request, endpoint: str) -> Response:
             metrics.QUEUE_WAIT.observe(time.perf_counter() - started)
             return await _review(server, endpoint, raw, pool, started)
     except fairness.Refused as exc:
-        return _over_share(endpoint, head, exc)
+        refused = exc
+    del raw  # not kept while the refusal is held back
+    if not refused.waited:
+        # Held back a moment, without a slot or the body: a client that resends at once (a loop of dry runs) would
+        # otherwise make the server read its bodies as fast as it refuses them, and reading is what the others'
+        # reviews wait behind (bench/fairness.py).
+        await asyncio.sleep(REFUSAL_HOLD_SECONDS)
+    return _over_share(endpoint, head, refused)
 
 
 # At most this share of the review deadline is spent waiting for a slot; the rest is the judging's.
 QUEUE_SHARE_OF_DEADLINE = 0.5
+# How long a review refused because its requester's queue is full waits before its 429 goes out.
+REFUSAL_HOLD_SECONDS = 1.0
 
 
 def _over_share(endpoint: str, head: fairness.Head, refused: fairness.Refused) -> Response:

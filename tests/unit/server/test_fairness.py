@@ -148,6 +148,7 @@ def test_past_its_queue_a_requester_is_refused_at_once_naming_the_limit() -> Non
         with pytest.raises(Refused) as refused:
             await _hold(queue, _head("flood"), order, release)
         assert "2 reviews" in refused.value.reason and "--requester-queue 2" in refused.value.reason
+        assert not refused.value.waited  # the server holds this one back before its 429 (review.py)
         assert "flood in namespace team-a" in refused.value.reason
         # bytes count too: bob has nothing waiting, but one body over the byte bound is refused
         with pytest.raises(Refused, match="--requester-queue-bytes"):
@@ -168,8 +169,9 @@ def test_a_review_that_waits_past_its_bound_is_refused_and_leaves_nothing_behind
         order: list[str] = []
         holder = asyncio.create_task(_hold(queue, _head("slow"), order, release))
         await _settle()
-        with pytest.raises(Refused, match="waited 0.05 s"):
+        with pytest.raises(Refused, match="waited 0.05 s") as refused:
             await _hold(queue, _head("bob", "b"), order, release, timeout=0.05)
+        assert refused.value.waited  # it waited already: answered at once
         assert queue.waiting == 0 and queue.flows == 1
         release.set()
         await holder
