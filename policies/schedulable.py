@@ -36,6 +36,9 @@ class Settings(PolicySettings):
                               "for more accelerators than every eligible node and pool can ever offer.")
 
 
+
+NEVER_WHOLE = "it can never start whole"  # a gang no nodes can hold whole: the start of its finding
+
 def _num(value: Decimal) -> str:
     text = f"{value:f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
@@ -201,10 +204,11 @@ def _gang(view: WorkloadView, inventory: Inventory) -> Finding | None:
         slots, groups = found
         if pods > slots:
             where = _names(groups) if groups else "no node or pool it may land on"
-            return Finding(("spec",), f"its {pods} pods must run together; whole pods of the shape of "
-                           f"{dotted(template.spec_path)} fit at most {slots} at once ({where}): it can never "
-                           "start whole", "lower the replicas or the accelerators per pod, or add nodes (or raise "
-                           "a pool's maxCount)")
+            # the conclusion first: a long list of groups must not push it out of what kubectl shows
+            return Finding(("spec",), f"{NEVER_WHOLE}: its {pods} pods must run together; whole pods of the shape "
+                           f"of {dotted(template.spec_path)} fit at most {slots} at once ({where})",
+                           "lower the replicas or the accelerators per pod, or add nodes (or raise a pool's "
+                           "maxCount)")
     return None
 
 
@@ -212,11 +216,10 @@ def _not_now(finding: Finding) -> Finding:
     """What only cordoned nodes can host pends until they are uncordoned: a warning, not a denial."""
     # what the user is told first (kubectl shows a warning's first 256 characters): "now", and why
     message = finding.message
-    for never, now in ((": it would pend forever", "it would pend now"),
-                       (": it can never start whole", "it can't start whole now")):
-        if message.endswith(never):
-            message = f"{now}, only cordoned nodes can take it: {message[:-len(never)]}"
-            break
+    if message.startswith(NEVER_WHOLE):
+        message = "it can't start whole now, only cordoned nodes can take it" + message[len(NEVER_WHOLE):]
+    elif message.endswith(": it would pend forever"):
+        message = f"it would pend now, only cordoned nodes can take it: {message[:-len(': it would pend forever')]}"
     else:
         message += "; only cordoned nodes can take it now"
     return Finding(finding.path, message, "wait for the nodes to be uncordoned, or " + finding.fix, finding.target,

@@ -24,7 +24,9 @@ API_VERSION = "admission.k8s.io/v1"
 # over 256 each may be truncated, the whole set is capped near 4096).
 WARNING_SOFT_LIMIT = 120
 WARNING_HARD_LIMIT = 256
-DENIAL_REASON_LIMIT = 1024  # characters of a cut denial's whole reason, on its own "  why:" line
+# A cut denial's reason, on its own "  why:" line: that line fits kubectl's 256 characters too.
+WHY_PREFIX = "  why: "
+DENIAL_REASON_LIMIT = 256 - len(WHY_PREFIX)
 REASON_KEPT = 60  # characters of a long warning's reason kept beside its fix (envelope.fix_first)
 WARNINGS_TOTAL_LIMIT = 4000
 AUDIT_VALUE_LIMIT = 1024
@@ -302,10 +304,10 @@ def audit_annotations(violations: list[Violation]) -> dict[str, str]:
 def denial_message(kind: str, denials: list[Violation]) -> str:
     """The 403's message: a header, then one line per denial in the warnings' form (``finding_line``).
 
-    A denial cut to its fix-first line is followed by its whole reason on an indented ``why:`` line: kubectl
-    prints a denial's message whole (it cuts warnings only), and the reason is the evidence — "a PodGroup of
-    one", "it can never start whole" — that an ML engineer needs to believe the fix; the first line still
-    fits 256 characters on its own, fix first.
+    A denial cut to its fix-first line is followed by its reason on an indented ``why:`` line (itself within
+    256 characters; ``more: kubectl gpuguard explain`` on the first line has the rest): the reason is the
+    evidence — "a PodGroup of one", "it can never start whole" — that an ML engineer needs to believe the fix,
+    and every line of the message fits what kubectl shows of a line, fix first.
     """
     header = f"gpuguard denied this {kind or 'object'}: {len(denials)} policy violation(s)"
     lines = [header]
@@ -314,7 +316,7 @@ def denial_message(kind: str, denials: list[Violation]) -> str:
         lines.append(line)
         reason = _one_line(violation.message)
         if reason not in line:
-            lines.append(f"  why: {truncate(reason, DENIAL_REASON_LIMIT)}")
+            lines.append(WHY_PREFIX + truncate(reason, DENIAL_REASON_LIMIT))
     return "\n".join(lines)
 
 
