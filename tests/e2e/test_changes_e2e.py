@@ -12,12 +12,11 @@ import json
 
 import pytest
 
+from tests.support.changes import SEVEN_DAYS, SPOT, THIRTY_DAYS, job
 from tests.support.gpuguard_process import ROOT, default_config_with, in_force
 from tests.support.tenant import TenantEnv, dump
 
 pytestmark = pytest.mark.e2e
-THIRTY_DAYS, SEVEN_DAYS = 30 * 86400, 7 * 86400
-SPOT = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +28,6 @@ def env(control_plane, tmp_path_factory):
     with in_force(cp, tmp_path_factory.mktemp("gpuguard"), default_config_with("ml-exempt"),
                   lambda: "Warning: gpuguard [job-ttl]" in e.apply(job(probe, "probe")).stderr):
         yield e
-
-
-def job(ns: str, name: str, ttl: int = THIRTY_DAYS) -> dict:
-    trainer = {"name": "trainer", "image": "ghcr.io/example/train:1", "command": ["python", "train.py"],
-               "resources": {"limits": {"nvidia.com/gpu": 1}},
-               "volumeMounts": [{"name": "ckpt", "mountPath": "/checkpoints"}]}
-    pod = {"restartPolicy": "Never", "containers": [trainer], "tolerations": [SPOT],
-           "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}]}
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
-            "spec": {"ttlSecondsAfterFinished": ttl, "template": {"spec": pod}}}
 
 
 def _warnings(stderr: str) -> list[str]:

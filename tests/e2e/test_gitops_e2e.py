@@ -16,26 +16,15 @@ from typing import Any
 
 import pytest
 
+from tests.support.changes import SEVEN_DAYS, SPOT, THIRTY_DAYS, job
 from tests.support.gitops import gitops_drift, require_gitops_drift
 from tests.support.gpuguard_process import ROOT, default_config_with, gpuguard, in_force
 from tests.support.tenant import TenantEnv, dump
 
 pytestmark = pytest.mark.e2e
-THIRTY_DAYS, SEVEN_DAYS = 30 * 86400, 7 * 86400
-SPOT = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
 TTL = "spec.ttlSecondsAfterFinished"
 TOLERATIONS = "spec.template.spec.tolerations"
 CAPPED = f"gpuguard [job-ttl] capped spec.ttlSecondsAfterFinished on the Job: {THIRTY_DAYS} -> {SEVEN_DAYS} ("
-
-
-def job(ns: str, name: str, ttl: int = THIRTY_DAYS) -> dict:
-    trainer = {"name": "trainer", "image": "ghcr.io/example/train:1", "command": ["python", "train.py"],
-               "resources": {"limits": {"nvidia.com/gpu": 1}},
-               "volumeMounts": [{"name": "ckpt", "mountPath": "/checkpoints"}]}
-    pod = {"restartPolicy": "Never", "containers": [trainer], "tolerations": [SPOT],
-           "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}]}
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
-            "spec": {"ttlSecondsAfterFinished": ttl, "template": {"spec": pod}}}
 
 
 class Tools:

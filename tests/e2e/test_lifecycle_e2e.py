@@ -251,22 +251,28 @@ def test_kubectl_scale_past_the_gpu_total_is_denied(env):
     assert env.get("deployment", "big", "-n", ns)["spec"]["replicas"] == 8
 
 
-def test_kubectl_scale_of_a_pytorchjob_past_its_cap_is_denied(env):
-    """The PyTorchJob CRD scales its workers: kubectl scale is judged like a patch of Worker.replicas."""
+def _scaled_past_the_cap(env, kind: str, specs_key: str, lead: str) -> None:
+    """A Kubeflow job of 1 ``lead`` + 1 Worker x 8 GPUs: ``kubectl scale`` of its Workers to 7 (64 GPUs) is admitted,
+    to 100 denied by the GPU total, and the stored Worker replicas stay 7 -- as alice."""
     ns = env.namespace()
     env.cp.kubectl("create", "rolebinding", "alice-crd", "--clusterrole=cluster-admin", f"--user={USER}", "-n", ns)
     role = {"template": {"spec": job(ns, "x")["spec"]["template"]["spec"]}}
     role["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
-    obj = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-           "metadata": {"name": "ddp", "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": "q"}},
-           "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, **role}, "Worker": {"replicas": 1, **role}}}}
+    name, resource = kind.lower(), kind.lower()
+    obj = {"apiVersion": "kubeflow.org/v1", "kind": kind,
+           "metadata": {"name": name, "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+           "spec": {specs_key: {lead: {"replicas": 1, **role}, "Worker": {"replicas": 1, **role}}}}
     env.as_user("apply", "-f", "-", input=dump(obj))
-    within = env.as_user("scale", "pytorchjob/ddp", "--replicas=7", "-n", ns, check=False)  # 8 x 8 = 64
+    within = env.as_user("scale", f"{resource}/{name}", "--replicas=7", "-n", ns, check=False)  # 8 x 8 = 64
     assert within.returncode == 0, within.stderr
-    result = env.as_user("scale", "pytorchjob/ddp", "--replicas=100", "-n", ns, check=False)
+    result = env.as_user("scale", f"{resource}/{name}", "--replicas=100", "-n", ns, check=False)
     assert result.returncode != 0 and "[gpu-request-shape]" in result.stderr, result.stderr
-    stored = env.get("pytorchjob", "ddp", "-n", ns)
-    assert stored["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 7
+    assert env.get(resource, name, "-n", ns)["spec"][specs_key]["Worker"]["replicas"] == 7
+
+
+def test_kubectl_scale_of_a_pytorchjob_past_its_cap_is_denied(env):
+    """The PyTorchJob CRD scales its workers: kubectl scale is judged like a patch of Worker.replicas."""
+    _scaled_past_the_cap(env, "PyTorchJob", "pytorchReplicaSpecs", "Master")
 
 
 def test_kubectl_scale_of_a_kind_whose_crd_declares_the_scale_is_judged_from_the_crd(env):
@@ -279,19 +285,7 @@ def test_kubectl_scale_of_a_kind_whose_crd_declares_the_scale_is_judged_from_the
         "statusReplicasPath": ".status.replicaStatuses.Worker.active"}
     env.cp.kubectl("apply", "-f", "-", input=dump(crd))
     env.cp.kubectl("wait", "--for=condition=Established", "crd/tfjobs.kubeflow.org", "--timeout=60s")
-    ns = env.namespace()
-    env.cp.kubectl("create", "rolebinding", "alice-crd", "--clusterrole=cluster-admin", f"--user={USER}", "-n", ns)
-    role = {"template": {"spec": job(ns, "x")["spec"]["template"]["spec"]}}
-    role["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
-    obj = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
-           "metadata": {"name": "tf", "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": "q"}},
-           "spec": {"tfReplicaSpecs": {"Chief": {"replicas": 1, **role}, "Worker": {"replicas": 1, **role}}}}
-    env.as_user("apply", "-f", "-", input=dump(obj))
-    within = env.as_user("scale", "tfjob/tf", "--replicas=7", "-n", ns, check=False)  # 8 x 8 = 64
-    assert within.returncode == 0, within.stderr
-    result = env.as_user("scale", "tfjob/tf", "--replicas=100", "-n", ns, check=False)
-    assert result.returncode != 0 and "[gpu-request-shape]" in result.stderr, result.stderr
-    assert env.get("tfjob", "tf", "-n", ns)["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 7
+    _scaled_past_the_cap(env, "TFJob", "tfReplicaSpecs", "Chief")
 
 
 def test_a_deployment_already_over_its_cap_may_scale_down_but_not_up(env):
