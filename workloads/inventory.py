@@ -19,6 +19,7 @@ type's well-known labels), so a selector on an unlisted key may still match it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -161,6 +162,7 @@ class DeviceClass:
 
     name: str
     extended_resource: str | None = None
+    drivers: tuple[str, ...] = ()  # the DRA drivers its selectors name (``device.driver == "gpu.nvidia.com"``)
 
 
 @dataclass(frozen=True)
@@ -440,8 +442,53 @@ def device_class(obj: Any) -> DeviceClass | None:
     name = _mapping(obj.get("metadata")).get("name")
     if not isinstance(name, str) or not name:
         return None
-    mapped = _mapping(obj.get("spec")).get("extendedResourceName")
-    return DeviceClass(name, mapped if isinstance(mapped, str) and "/" in mapped else None)
+    spec = _mapping(obj.get("spec"))
+    mapped = spec.get("extendedResourceName")
+    selectors = spec.get("selectors") if isinstance(spec.get("selectors"), list) else []
+    drivers = tuple(sorted({driver for selector in selectors
+                            for driver in _DRIVER.findall(str(_mapping(_mapping(selector).get("cel")).get("expression")
+                                                              or ""))}))
+    return DeviceClass(name, mapped if isinstance(mapped, str) and "/" in mapped else None, drivers)
+
+
+_DRIVER = re.compile(r"""device\.driver\s*==\s*["']([^"']+)["']""")
+
+
+def slice_devices(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Devices per node and DRA driver, from ``resource.k8s.io`` ResourceSlices (those published for one node)."""
+    out: dict[str, dict[str, int]] = {}
+    for obj in objects:
+        if obj.get("kind") != "ResourceSlice" or str(obj.get("apiVersion") or "").split("/")[0] != DRA_GROUP:
+            continue
+        spec = _mapping(obj.get("spec"))
+        node, driver, devices = spec.get("nodeName"), spec.get("driver"), spec.get("devices")
+        if isinstance(node, str) and node and isinstance(driver, str) and driver and isinstance(devices, list):
+            per_node = out.setdefault(node, {})
+            per_node[driver] = per_node.get(driver, 0) + sum(1 for d in devices if isinstance(d, dict))
+    return out
+
+
+def with_slice_devices(nodes: list[Mapping[str, Any]], slices: Mapping[str, Mapping[str, int]],
+                       classes: Iterable[DeviceClass]) -> list[Mapping[str, Any]]:
+    """``nodes`` with the devices their ResourceSlices publish counted as the extended resource a DeviceClass maps
+    them to (DRA extended resources, KEP-5004): a DRA-only node advertises no ``nvidia.com/gpu`` allocatable, yet
+    a pod asking ``nvidia.com/gpu`` is served by its driver's devices.  A node that advertises the resource itself
+    keeps its own count."""
+    resource_of = {driver: c.extended_resource for c in classes if c.extended_resource for driver in c.drivers}
+    out: list[Mapping[str, Any]] = []
+    for node in nodes:
+        name = _mapping(node.get("metadata")).get("name")
+        extra = {resource_of[driver]: count for driver, count in (slices.get(name) or {}).items()
+                 if driver in resource_of and count > 0} if isinstance(name, str) else {}
+        status = _mapping(node.get("status"))
+        allocatable = dict(_mapping(status.get("allocatable")))
+        extra = {r: n for r, n in extra.items() if not quantity.parse(allocatable.get(r) or 0)}
+        if not extra:
+            out.append(node)
+            continue
+        allocatable.update({r: str(n) for r, n in extra.items()})
+        out.append({**node, "status": {**status, "allocatable": allocatable}})
+    return out
 
 
 def device_classes(objects: Iterable[Any]) -> list[DeviceClass]:
@@ -450,18 +497,24 @@ def device_classes(objects: Iterable[Any]) -> list[DeviceClass]:
 
 
 def from_objects(objects: Iterable[Any], pools: Iterable[NodeGroup] = ()) -> Inventory:
-    """An inventory from Node, Karpenter NodePool and DRA DeviceClass objects (Lists unpacked) plus declared pools."""
+    """An inventory from Node, Karpenter NodePool, DRA DeviceClass and ResourceSlice objects (Lists unpacked) plus
+    declared pools; a node's ResourceSlices count as the extended resource a DeviceClass maps their driver to."""
     nodes: list[Mapping[str, Any]] = []
     extra: list[NodeGroup] = list(pools)
     classes: list[DeviceClass] = []
+    slices: list[Mapping[str, Any]] = []
     for obj in _flatten(objects):
         kind, api = obj.get("kind"), str(obj.get("apiVersion") or "")
         if kind == "Node" and api == "v1":
             nodes.append(obj)
         elif kind == "NodePool" and api.split("/")[0] == KARPENTER_GROUP:
             extra.append(karpenter_pool(obj))
+        elif kind == "ResourceSlice":
+            slices.append(obj)
         elif (found := device_class(obj)) is not None:
             classes.append(found)
+    if slices:
+        nodes = with_slice_devices(nodes, slice_devices(slices), classes)
     groups, total = summarise_nodes(nodes)
     return Inventory(tuple(groups) + tuple(extra), total).with_device_classes(classes)
 

@@ -79,3 +79,39 @@ def test_declared_pool_and_taints():
     assert not pool.matches(None, [{"matchExpressions": [
         {"key": "cloud.google.com/gke-accelerator", "operator": "In", "values": ["nvidia-h100-80gb"]}]}])
     assert not pool.matches(None, [{}])  # an empty term matches no node
+
+
+def _dra_node(name: str, **allocatable: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", **allocatable}}}
+
+
+def _slice(node: str, driver: str, devices: int) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-{driver}"},
+            "spec": {"driver": driver, "nodeName": node, "pool": {"name": node, "generation": 1},
+                     "devices": [{"name": f"d{i}"} for i in range(devices)]}}
+
+
+def _mapping_class(name: str, driver: str, resource: str | None) -> dict:
+    spec: dict = {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]}
+    if resource:
+        spec["extendedResourceName"] = resource
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
+
+
+def test_resource_slices_count_as_the_extended_resource_their_device_class_maps() -> None:
+    """DRA extended resources: a node whose driver publishes devices in several slices offers their sum under the
+    mapped name; a node advertising the name itself keeps its own count; an unmapped driver adds nothing."""
+    from gpuguard.workloads.inventory import from_objects
+
+    objects = [_dra_node("a"), _dra_node("b", **{"amd.com/gpu": "4"}), _dra_node("c"),
+               _slice("a", "gpu.example.com", 4), _slice("a", "gpu.example.com", 4),
+               _slice("b", "gpu.amd.com", 8), _slice("c", "fpga.example.com", 2),
+               _mapping_class("example-gpu", "gpu.example.com", "example.com/gpu"),
+               _mapping_class("amd-gpu", "gpu.amd.com", "amd.com/gpu"),
+               _mapping_class("fpga", "fpga.example.com", None)]
+    offered = [{k: int(v) for k, v in g.allocatable.items() if "/" in k} for g in from_objects(objects).groups]
+    assert sorted(offered, key=str) == sorted([
+        {"example.com/gpu": 8},  # a: two slices of 4
+        {"amd.com/gpu": 4},  # b advertises its own 4: the slices don't replace it
+        {}], key=str)  # c: its class maps no extended resource
