@@ -444,10 +444,10 @@ def device_class(obj: Any) -> DeviceClass | None:
         return None
     spec = _mapping(obj.get("spec"))
     mapped = spec.get("extendedResourceName")
-    selectors = spec.get("selectors") if isinstance(spec.get("selectors"), list) else []
-    drivers = tuple(sorted({driver for selector in selectors
-                            for driver in _DRIVER.findall(str(_mapping(_mapping(selector).get("cel")).get("expression")
-                                                              or ""))}))
+    raw_selectors = spec.get("selectors")
+    selectors: list[Any] = raw_selectors if isinstance(raw_selectors, list) else []
+    expressions = [str(_mapping(_mapping(selector).get("cel")).get("expression") or "") for selector in selectors]
+    drivers = tuple(sorted({driver for expression in expressions for driver in _DRIVER.findall(expression)}))
     return DeviceClass(name, mapped if isinstance(mapped, str) and "/" in mapped else None, drivers)
 
 
