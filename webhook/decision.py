@@ -141,6 +141,10 @@ class Decision:
     # The object itself is malformed (a quantity no policy can read): the webhook answers 422
     # Invalid, as the apiserver does for malformed objects, rather than 403 for a policy's denial.
     invalid: bool = False
+    # How many of ``violations`` the mutating half found (warn-mode mutations, Knative take-backs) before the
+    # validating half ran; ``None`` when no validating half ran.  ``gpuguard.webhook.engine.onepass`` splits
+    # a create evaluated once into the two reviews' answers by it.
+    validated_from: int | None = None
 
     @property
     def accelerators(self) -> dict[str, int]:

@@ -112,6 +112,36 @@ def test_gpu_job_with_pvc_is_mutated_and_its_pods_too_without_duplicates(cluster
     assert pod["spec"]["priority"] == 10000
 
 
+def _one_pass_counts(server: GpuguardServer) -> tuple[float, float]:
+    samples = server.metrics()
+    return (samples.get('gpuguard_create_validations_total{result="reused"}', 0.0),
+            samples.get('gpuguard_create_validations_total{result="evaluated"}', 0.0))
+
+
+def test_a_create_is_evaluated_once_through_the_real_apiserver(cluster):
+    """The validating review of a create receives what /mutate returned, as the apiserver keeps it after its own
+    stamping (a uid, a Job's selector): it reuses the mutating review's evaluation (``webhook/server/onepass.py``).
+    Whatever the apiserver changes after gpuguard (a Pod's requests defaulted from the limits gpuguard set) is
+    evaluated in full, never taken as seen.  The counts are printed: the share a real apiserver lets through is a
+    figure."""
+    cp, server = cluster
+    ns = new_namespace(cp)
+    reused, evaluated = _one_pass_counts(server)
+    cp.kubectl("apply", "-f", "-", input=gpu_job(ns, "once", pvc=True))
+    job_reused, job_evaluated = _one_pass_counts(server)
+    assert (job_reused - reused, job_evaluated - evaluated) == (1, 0)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "once", "namespace": ns}, "spec": {
+        "restartPolicy": "Never", "containers": [{
+            "name": "trainer", "image": "ghcr.io/example/train:1", "env": [{"name": "CHECKPOINT_URI",
+                                                                              "value": "s3://team/ckpt"}],
+            "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    cp.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    pod_reused, pod_evaluated = _one_pass_counts(server)
+    print(f"\n[e2e] one pass: Job create reused {job_reused - reused:g}; bare Pod reused "
+          f"{pod_reused - job_reused:g}, evaluated {pod_evaluated - job_evaluated:g}")
+    assert pod_reused - job_reused + pod_evaluated - job_evaluated == 1  # the Pod's one validating review
+
+
 # 3 ---------------------------------------------------------------------------------------
 def test_bare_gpu_pod_gets_priority_class_and_matching_priority(cluster):
     cp, _ = cluster

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cluster.controlplane import ControlPlane, free_port
-from tests.support.processes import stop_group
+from tests.support.processes import scrape, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = ROOT / "policies" / "default-config.yaml"
@@ -82,6 +82,10 @@ class GpuguardServer:
 
     def stop(self) -> None:
         stop_group(self.proc)
+
+    def metrics(self) -> dict[str, float]:
+        """``name{labels}`` -> value of every sample on the server's /metrics."""
+        return scrape(f"{self.url}/metrics", ssl.create_default_context(cafile=str(self.ca)))
 
     def log_count(self, text: str) -> int:
         return self.log.read_text(errors="replace").count(text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import ssl
 import subprocess
 import urllib.request
 
@@ -27,10 +28,10 @@ def stop_group(proc: subprocess.Popen | None, grace: float = 20.0) -> None:
         proc.wait(timeout=5)
 
 
-def scrape(url: str) -> dict[str, float]:
+def scrape(url: str, context: ssl.SSLContext | None = None) -> dict[str, float]:
     """``name{labels}`` -> value of every sample of a Prometheus text page; empty while nothing answers."""
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with urllib.request.urlopen(url, timeout=5, context=context) as resp:
             text = resp.read().decode()
     except OSError:
         return {}

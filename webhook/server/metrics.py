@@ -12,7 +12,9 @@ it each scrape would see one random worker's numbers.
 
 from __future__ import annotations
 
+import functools
 import os
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -64,6 +66,13 @@ QUEUE_WAIT = Histogram(
     "Time a review waited for a slot in its requester's fair queue (body read to slot), before it was parsed.",
     buckets=DURATION_BUCKETS,
 )
+ONE_PASS = Counter(
+    "gpuguard_create_validations_total",
+    "Validating reviews of creates: reused, the mutating review's one evaluation answered it (same uid, same "
+    "object); evaluated, judged in full (another replica, another webhook's change in between, or no mutating "
+    "review here).",
+    ["result"],
+)
 CONFIG_RELOADS = Counter(
     "gpuguard_config_reloads_total",
     "Config file reloads after a change on disk; error means the old config stays in force.",
@@ -86,9 +95,31 @@ CERT_STEPS = Counter(
     ["step", "result"],
 )
 
+for _used in ("reused", "evaluated"):
+    ONE_PASS.labels(result=_used)
 for _result in ("success", "error"):
     CONFIG_RELOADS.labels(result=_result)
     CERT_RELOADS.labels(result=_result)
+
+
+@functools.cache
+def review_duration(endpoint: str) -> Any:
+    """DURATION's child for an endpoint, looked up once: ``labels()`` takes a lock and builds a key per call, on
+    every review (the endpoints are the server's two routes, so the cache is bounded)."""
+    return DURATION.labels(endpoint=endpoint)
+
+
+@functools.cache
+def requests_counted(endpoint: str, kind: str, decision: str) -> Any:
+    """REQUESTS' child, looked up once per label set (bounded: two endpoints, the known kinds and ``other``,
+    three decisions)."""
+    return REQUESTS.labels(endpoint=endpoint, kind=kind, decision=decision)
+
+
+@functools.cache
+def create_validations(result: str) -> Any:
+    """ONE_PASS's child for ``reused`` or ``evaluated``."""
+    return ONE_PASS.labels(result=result)
 
 
 def kind_label(group: str, version: str, kind: str) -> str:

@@ -24,6 +24,7 @@ from starlette.requests import ClientDisconnect
 
 from gpuguard.webhook.config.schema import DEFAULT_REVIEW_DEADLINE_SECONDS
 from gpuguard.webhook.decision import Decision, RequestContext
+from gpuguard.webhook.engine import onepass
 from gpuguard.webhook.objects import ApiLookup, reads_objects
 from gpuguard.webhook.server import envelope, fairness, logs, metrics, scale
 from gpuguard.webhook.server.envelope import AdmissionRequest, ReviewError
@@ -153,9 +154,8 @@ def answer(server: ServerState, endpoint: str, req: AdmissionRequest,
     is the engine's, the same for every shell; only envelope faults are the server's.
     """
     try:
-        # The object comes straight from orjson and is never modified: no defensive copy needed.
         ctx = context(req, endpoint, labels or {}, server.objects)
-        decision: Decision = server.active.engine.evaluate(req.object, ctx, plain_json=True)
+        decision = _decision(server, endpoint, req, ctx)
     except Exception as exc:
         logs.server_logger().error("engine raised; answering per failureMode",
                                    extra={"uid": req.uid, **logs.exception_summary(exc)})
@@ -176,6 +176,31 @@ def answer(server: ServerState, endpoint: str, req: AdmissionRequest,
         for v in decision.violations:
             metrics.VIOLATIONS.labels(policy=v.policy, action=v.verdict).inc()
     return review, outcome
+
+
+def _decision(server: ServerState, endpoint: str, req: AdmissionRequest, ctx: RequestContext) -> Decision:
+    """The engine's decision for one review; a create is evaluated once for both of its reviews.
+
+    /mutate of a create runs the validating policies too and keeps their answer for the object it returns
+    (``gpuguard.webhook.server.onepass``); /validate uses it when it receives that object for a request alike,
+    else evaluates.  What
+    names other objects (a runtime, shared claims) is read before validation only, so it is evaluated apart.
+    """
+    engine = server.active.engine
+    judge = (server.active, engine.inventory)
+    # The object comes straight from orjson and is never modified: no defensive copy needed.
+    if server.one_pass is None or req.operation != "CREATE" or req.sub_resource:
+        return engine.evaluate(req.object, ctx, plain_json=True)
+    if endpoint == "validate":
+        kept = server.one_pass.take(ctx, req.object, judge)
+        metrics.create_validations("evaluated" if kept is None else "reused").inc()
+        return kept if kept is not None else engine.evaluate(req.object, ctx, plain_json=True)
+    if reads_objects(req.object):
+        return engine.evaluate(req.object, ctx, plain_json=True)
+    both = engine.evaluate(req.object, dataclasses.replace(ctx, validate=True), plain_json=True)
+    if onepass.can_split(both):
+        server.one_pass.keep(ctx, both.mutated, judge, onepass.validating_half(both))
+    return onepass.mutating_half(both)
 
 
 async def _judge(server: ServerState, endpoint: str, req: AdmissionRequest,
@@ -319,10 +344,9 @@ async def _review(server: ServerState, endpoint: str, raw: bytes, pool: Executor
             review, outcome = failure(server, req, f"internal error ({type(exc).__name__})")
     body = orjson.dumps(review)
     elapsed = time.perf_counter() - started
-    metrics.DURATION.labels(endpoint=endpoint).observe(elapsed)
-    metrics.REQUESTS.labels(endpoint=endpoint, kind=metrics.kind_label(req.kind.group, req.kind.version,
-                                                                        req.kind.kind),
-                            decision=outcome.decision).inc()
+    metrics.review_duration(endpoint).observe(elapsed)
+    metrics.requests_counted(endpoint, metrics.kind_label(req.kind.group, req.kind.version, req.kind.kind),
+                             outcome.decision).inc()
     fields: dict[str, Any] = {
         "endpoint": endpoint, "uid": req.uid, "kind": req.kind.kind, "namespace": req.namespace,
         "name": req.object_name(), "operation": req.operation, "user": req.user_info.username,

@@ -25,6 +25,7 @@ from gpuguard.webhook.server.limits import (
     DEFAULT_REQUESTER_QUEUE_BYTES,
 )
 from gpuguard.webhook.server.namespaces import NamespaceLabels, profiles_use_labels
+from gpuguard.webhook.server.onepass import ValidationCache
 
 if TYPE_CHECKING:
     from gpuguard.webhook.config import Config
@@ -103,6 +104,8 @@ class ServerState:
         self.workloads = scale.WorkloadReader(settings.kubeconfig)  # what a `kubectl scale` scales
         self.objects = ApiLookup(settings.kubeconfig)  # TrainJob runtimes, read before the engine
         self.certs: SelfManagedCerts | None = None  # --self-managed-certs: the Secret and webhooks kept in step
+        # A create's validating answer, found by its mutating review (one evaluation per create); None: off.
+        self.one_pass: ValidationCache | None = ValidationCache()
 
     async def namespace_labels(self, req: AdmissionRequest) -> dict[str, str]:
         if self.namespaces is None or not profiles_use_labels(self.active.config):

@@ -33,6 +33,7 @@ from gpuguard.webhook.decision import RequestContext, unresolved_as_finding
 from gpuguard.webhook.engine.core import MUTATED_BY_ANNOTATION, Engine
 from gpuguard.webhook.main import main
 from gpuguard.webhook.objects import READABLE, READABLE_CORE, ApiLookup, StaticLookup
+from gpuguard.webhook.server import metrics
 from gpuguard.workloads import claims
 from gpuguard.workloads.claims import StaticClaims
 from tests.support.asgi_client import AsgiClient, make_app
@@ -207,8 +208,15 @@ class _ObjectsApi:
         raise LookupError(name)
 
 
-def by_webhook(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path, nodes: Path | None) -> Answer:
+def by_webhook(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path, nodes: Path | None,
+               one_pass: bool = False) -> Answer:
+    """The apiserver's two reviews of a create.  ``one_pass``: the validating review takes the mutating review's
+    evaluation (``webhook/server/onepass.py``) whenever it receives the object /mutate returned; else the server
+    keeps nothing, so each review evaluates on its own."""
     client = AsgiClient(make_app(config.read_text() if config else None))
+    server = client.app.state.server
+    if not one_pass:
+        server.one_pass = None
     client.app.state.server.objects = ApiLookup(api=_ObjectsApi(objects))
     claims.set_shared(StaticClaims(objects, origin="the claim watch"))  # what the server's claim watch holds
     if nodes:  # what the server's node watch hands the engine (webhook/server/nodewatch.py)
@@ -223,7 +231,11 @@ def by_webhook(config: Path | None, obj: dict, objects: list[dict], tmp_path: Pa
             return Answer(False, tuple(sorted(ids)), (), obj)
         warned = _warned(response)  # what mutating policies in warn mode would change
         mutated = jsonpatch.apply_patch(obj, decoded_patch(response)) if "patch" in response else obj
-        _, validated = client.post_json("/validate", review(mutated))
+        kept = len(server.one_pass) if one_pass else 0
+        reused = metrics.ONE_PASS.labels(result="reused")._value.get()
+        _, validated = client.post_json("/validate", review(mutated))  # the apiserver's own uid
+        # What /mutate kept for the object it returned is what /validate used: the digest sees past nothing else.
+        assert metrics.ONE_PASS.labels(result="reused")._value.get() - reused == kept
         response = validated["response"]
         denied = POLICY_ID.findall(response.get("status", {}).get("message", "")) if not response["allowed"] else []
         return Answer(response["allowed"], tuple(sorted(denied)), tuple(sorted(warned + _warned(response))), mutated)
@@ -232,7 +244,13 @@ def by_webhook(config: Path | None, obj: dict, objects: list[dict], tmp_path: Pa
         client.close()
 
 
-SHELLS = {"webhook": by_webhook, "evaluate": by_evaluate, "audit": by_audit, "test": by_test}
+def by_webhook_one_pass(config: Path | None, obj: dict, objects: list[dict], tmp_path: Path,
+                        nodes: Path | None) -> Answer:
+    return by_webhook(config, obj, objects, tmp_path, nodes, one_pass=True)
+
+
+SHELLS = {"webhook": by_webhook, "webhook-one-pass": by_webhook_one_pass, "evaluate": by_evaluate,
+          "audit": by_audit, "test": by_test}
 
 
 @pytest.mark.parametrize(("case_id", "config", "docs", "objects", "nodes"), CASES, ids=[c[0] for c in CASES])
