@@ -38,11 +38,11 @@ and every pattern is a plain alternation without nested repetition.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from gpuguard.workloads.kinds import KindSpec
+from gpuguard.workloads.kinds import KindSpec, TemplateRef
 from gpuguard.workloads.paths import dicts, get_path
 from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES
 
@@ -191,12 +191,13 @@ class _Container:
     body: dict
 
 
-def infer(obj: dict, kind: KindSpec, fallback: str) -> Inference:
-    """The class ``obj`` asks for by what it does; ``fallback`` (the kind's class) when nothing says."""
+def infer(obj: dict, kind: KindSpec, fallback: str, refs: Sequence[TemplateRef] | None = None) -> Inference:
+    """The class ``obj`` asks for by what it does; ``fallback`` (the kind's class) when nothing says.  ``refs``:
+    ``kind.locate(obj)`` where the caller has it already (the engine locates once per evaluation)."""
     operator = operator_class(kind)
     if operator is not None:
         return Inference(operator, f"its operator: a {kind.kind} runs only {_noun(operator)}")
-    containers = list(_containers(obj, kind))
+    containers = list(_containers(obj, kind, refs))
     found = _by_commands(containers) or _by_smoke(containers) or _by_image(containers, False) \
         or _by_exposure(containers)
     if found is None and (base := _by_image(containers, True)) is not None:
@@ -224,13 +225,13 @@ def _noun(workload_class: str) -> str:
     return {INFERENCE: "model servers", NOTEBOOK: "notebooks"}.get(workload_class, workload_class)
 
 
-def _containers(obj: dict, kind: KindSpec) -> Iterator[_Container]:
+def _containers(obj: dict, kind: KindSpec, refs: Sequence[TemplateRef] | None = None) -> Iterator[_Container]:
     """Every app container of every template (init containers only prepare), plus the operator's own command."""
     for path in kind.command_paths:  # command lines the operator keeps outside the pod templates
         text = get_path(obj, path)
         if isinstance(text, str):
             yield _Container(str(path[-1]), text[:MAX_TEXT].lower(), "", {})
-    for ref in kind.locate(obj):
+    for ref in kind.locate(obj) if refs is None else refs:
         spec = get_path(obj, ref.spec_path)
         if not isinstance(spec, dict):
             continue

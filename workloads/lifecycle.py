@@ -27,10 +27,11 @@ with a non-preempting priority class.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuguard.workloads.classify import BATCH, INFERENCE, NOTEBOOK, SMOKE, TRAINING, Inference, infer
-from gpuguard.workloads.kinds import KindSpec
+from gpuguard.workloads.kinds import KindSpec, TemplateRef
 from gpuguard.workloads.paths import get_path
 
 COMPLETE, SERVE, INTERACT = "runs to completion", "long-running service", "interactive"
@@ -88,7 +89,8 @@ def carries_deadline(kind: KindSpec) -> bool:
 
 
 def read_class(obj: dict, kind: KindSpec, kind_class: str, declared: str | None,
-               granted: frozenset[str] | None, lifecycle_kind: KindSpec | None = None) -> ClassReading:
+               granted: frozenset[str] | None, lifecycle_kind: KindSpec | None = None,
+               refs: Sequence[TemplateRef] | None = None) -> ClassReading:
     """The class ``obj`` is judged as (see the module docstring).
 
     ``declared``: the label's value where the admin lets users declare (``None`` otherwise);
@@ -98,7 +100,7 @@ def read_class(obj: dict, kind: KindSpec, kind_class: str, declared: str | None,
     """
     purpose = lifecycle_kind or kind
     base = base_class(obj, purpose, kind_class)
-    guess = infer(obj, kind, base)
+    guess = infer(obj, kind, base, refs)  # refs: kind.locate(obj), where the caller has it
     judged, evidence = base, not (purpose.is_pod and base in (TRAINING, BATCH, SMOKE))
     if base in LONG_RUNNING_CLASSES and guess.workload_class in LONG_RUNNING_CLASSES:
         judged = guess.workload_class  # the same checks either way: the look may choose

@@ -12,7 +12,7 @@ the apiserver would reject anyway must still get a decision, not an exception.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -522,19 +522,20 @@ def effective_requests(containers: Iterable[Container],
 
 def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_class: str,
                reading: ClassReading | None = None, namespace: str | None = None,
-               claims: ClaimSource | None = None) -> WorkloadView:
+               claims: ClaimSource | None = None, refs: Sequence[TemplateRef] | None = None) -> WorkloadView:
     """Find every pod template of ``obj`` (a working copy) and the accelerators each container asks for.
 
     ``claims`` resolves DRA ResourceClaimTemplates/ResourceClaims (the webhook's cached watch,
     or the audit's input documents); without it a pod's claims are reported as unresolved.
     Pod fields a template inherits (``TemplateRef.inherits``) are copied into it: call
-    ``WorkloadView.settle`` before diffing the object.
+    ``WorkloadView.settle`` before diffing the object.  ``refs``: ``kind.locate(obj)`` where the caller has it
+    (the engine locates once per evaluation, before anything changes the object).
     """
     templates: list[PodTemplate] = []
     inherited: list[tuple[PodTemplate, str, Any, Any]] = []
     namespace = namespace or _object_namespace(obj)
     created: list[tuple[dict, str]] = []
-    for ref in kind.locate(obj):
+    for ref in kind.locate(obj) if refs is None else refs:
         spec = get_path(obj, ref.spec_path)
         if spec is None and ref.shape == "dynamo":  # a service without extraPodSpec still has its GPUs
             parent, key = get_path(obj, ref.spec_path[:-1]), ref.spec_path[-1]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -117,6 +117,18 @@ def _meta(obj: dict) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
+@dataclass(frozen=True)
+class _Read:
+    """What the read phase hands the policies: the object's JSON bytes (``None`` when nothing is mutated), the
+    object as received, the working copy policies change (the object itself when nothing is mutated) and its pod
+    templates (``prechecks.located``: found once, before any policy changes the copy)."""
+
+    raw: bytes | None
+    original: dict
+    work: dict
+    refs: list[kinds.TemplateRef]
+
+
 class Engine:
     """Evaluates objects against one compiled config.  Stateless per request; safe to share."""
 
@@ -146,7 +158,7 @@ class Engine:
         return self.read_class(obj, kind, origin, policy_set).judged
 
     def read_class(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None = None,
-                   policy_set: PolicySet | None = None) -> ClassReading:
+                   policy_set: PolicySet | None = None, refs: list[kinds.TemplateRef] | None = None) -> ClassReading:
         """What the workload is (``gpuguard.workloads.lifecycle``): its kind's purpose first, then the user's
         declaration where the admin allows the class label and a price bounds what it lowers; what its work
         looks like is only a guess.  What a trusted controller made is its owner's kind of work; an
@@ -155,13 +167,13 @@ class Engine:
         if origin is not None:
             owner = kinds.lookup_group_kind(*origin.owner)
             if owner is not None and owner.kind != "Pod":
-                return read_class(obj, kind, self.kind_class(owner), None, granted, lifecycle_kind=owner)
+                return read_class(obj, kind, self.kind_class(owner), None, granted, lifecycle_kind=owner, refs=refs)
         declared = None
         if self.config.workload_classes.allow_label_override:
             labels = _meta(obj).get("labels")
             value = labels.get(WORKLOAD_CLASS_LABEL) if isinstance(labels, dict) else None
             declared = value if value in WORKLOAD_CLASSES else None
-        return read_class(obj, kind, self.kind_class(kind), declared, granted)
+        return read_class(obj, kind, self.kind_class(kind), declared, granted, refs=refs)
 
     def granted_classes(self, policy_set: PolicySet | None) -> frozenset[str] | None:
         """The privileged classes a namespace grants (workload-class ``allowEscalationTo``); ``None``: all.
@@ -225,7 +237,8 @@ class Engine:
         if exempt:
             decision.skipped = exempt
             return decision
-        if reason := prechecks.too_large(obj, kind):  # before any walk that grows with the object
+        refs = prechecks.located(obj, kind)  # bounded; the class reading and the view use them too
+        if reason := prechecks.too_large(obj, kind, refs):  # before any walk that grows with the object
             return self._fail(decision, reason, ctx)
         invalid = prechecks.new_findings(obj, ctx.old_object if ctx.operation == "UPDATE" else None)
         if invalid:
@@ -257,10 +270,11 @@ class Engine:
                 ctx.operation == "UPDATE" and self.config.controllers.is_controller(ctx.username)))
         if plain_json and not mutating:
             # Validation only reads: the caller's plain-JSON object is both sides, no copy at all.
-            return self._evaluate(decision, kind, None, ctx, obj, obj, mutating, origin)
+            return self._evaluate(decision, kind, ctx, _Read(None, obj, obj, refs), mutating, origin)
         raw = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
         original = obj if plain_json else _copy(raw)
-        return self._evaluate(decision, kind, raw, ctx, original, _copy(raw), mutating, origin)
+        # The copy has the object's structure, so the templates located in it are the copy's too.
+        return self._evaluate(decision, kind, ctx, _Read(raw, original, _copy(raw), refs), mutating, origin)
 
     def _unknown_kind(self, decision: Decision, obj: dict, ctx: RequestContext) -> Decision:
         """A kind no family describes: found by structure (``gpuguard.workloads.structural``).  With no accelerators
@@ -383,15 +397,16 @@ class Engine:
             bool(ctx.username) and self.config.controllers.is_controller(ctx.username))
         return decision
 
-    def _evaluate(self, decision: Decision, kind: kinds.KindSpec, raw: bytes | None, ctx: RequestContext,
-                  original: dict, work: dict, mutating: bool, origin: ControllerOrigin | None) -> Decision:
-        """``work`` is the object policies see (a copy whenever ``mutating``); ``raw`` its JSON bytes."""
+    def _evaluate(self, decision: Decision, kind: kinds.KindSpec, ctx: RequestContext, read: _Read,
+                  mutating: bool, origin: ControllerOrigin | None) -> Decision:
+        """Judge what the read phase found (:class:`_Read`): the mutating, then the validating policies."""
+        raw, original, work, refs = read.raw, read.original, read.work, read.refs
         decision.original = original
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
-        reading = self.read_class(work, kind, origin, policy_set)
+        reading = self.read_class(work, kind, origin, policy_set, refs)
         workload_class = reading.judged
         view = build_view(work, kind, self.config.accelerators, workload_class, reading,
-                          decision.namespace, self.claims)
+                          decision.namespace, self.claims, refs)
         view.inventory = self.inventory
         view.read_object = ctx.read_object  # a claim's access modes (the webhook: cached, read before the review)
         decision.workload_class = workload_class
@@ -424,6 +439,7 @@ class Engine:
         decision.mutated = work
 
         if ctx.validate and ctx.operation in ("CREATE", "UPDATE"):
+            decision.validated_from = len(decision.violations)
             decision.violations.extend(self._validate(view, policy_set))
             # Admins' CEL rules (webhook/custom/): they read the request too, so they get ctx.
             decision.violations.extend(custom_rules.evaluate(view, policy_set.custom, ctx, decision.namespace))

@@ -18,7 +18,8 @@ quantity.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,10 +161,16 @@ def find(obj: Any) -> list[InvalidQuantity]:
     return found
 
 
-def too_large(obj: dict, kind: kinds.KindSpec) -> str | None:
-    """Why ``obj`` has more pod templates or containers than gpuguard judges, or None."""
+def located(obj: dict, kind: kinds.KindSpec) -> list[kinds.TemplateRef]:
+    """``kind.locate(obj)``, at most one past ``MAX_POD_TEMPLATES``: read once per evaluation, before any walk
+    that grows with the object, and handed to :func:`too_large`, the class reading and the view."""
+    return list(itertools.islice(kind.locate(obj), MAX_POD_TEMPLATES + 1))
+
+
+def too_large(obj: dict, kind: kinds.KindSpec, refs: Sequence[kinds.TemplateRef] | None = None) -> str | None:
+    """Why ``obj`` has more pod templates or containers than gpuguard judges, or None.  ``refs``: :func:`located`."""
     containers = 0
-    for templates, ref in enumerate(kind.locate(obj), 1):
+    for templates, ref in enumerate(kind.locate(obj) if refs is None else refs, 1):
         if templates > MAX_POD_TEMPLATES:
             return f"it has more than {MAX_POD_TEMPLATES} pod templates, the most gpuguard judges (MAX_POD_TEMPLATES)"
         spec = kinds.get_path(obj, ref.spec_path)

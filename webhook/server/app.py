@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpuguard.webhook.server import filewatch, limits, logs, metrics, protocol, tls
 from gpuguard.webhook.server.fairness import FairQueue
@@ -128,6 +129,8 @@ def create_app(settings: ServeSettings, active: Active | None = None,
     app.state.fair_queue = FairQueue(limits.ENGINE_THREADS, settings.requester_concurrency,
                                      settings.requester_queue, settings.requester_queue_bytes)
 
+    # POST /mutate and /validate are answered by ``ReviewRoutes`` ahead of the router; these routes stay for
+    # what reaches it (another method: 405 with ``Allow: POST``).
     @app.post("/mutate")
     async def mutate(request: Request) -> Response:
         return await handle_review(request, "mutate")
@@ -169,7 +172,32 @@ def create_app(settings: ServeSettings, active: Active | None = None,
 
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(Exception, on_error)
+    app.add_middleware(ReviewRoutes)
     return app
+
+
+class ReviewRoutes:
+    """``POST /mutate`` and ``POST /validate`` answered at the ASGI level, ahead of FastAPI's router.
+
+    A review needs no routing table, dependency solving or per-route exception wrapper: the path and
+    method are compared, the handler reads the body and headers itself (``review.handle_review``) and
+    answers every case, malformed and oversized bodies included.  Everything else (probes, metrics,
+    404/405 answers, a review route's wrong method) goes through FastAPI as before.  An error that
+    escaped the handler would still reach the app's 500 answer (``ServerErrorMiddleware`` wraps this).
+    """
+
+    ENDPOINTS = {"/mutate": "mutate", "/validate": "validate"}
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = self.ENDPOINTS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if endpoint is None or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        response = await handle_review(Request(scope, receive), endpoint)
+        await response(scope, receive, send)
 
 
 def app_from_env() -> FastAPI:

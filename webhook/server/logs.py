@@ -109,11 +109,60 @@ def capped(value: Any) -> Any:
     return value
 
 
+_REVIEW_MESSAGE = "admission review"
+
+
 def log_review(**fields: Any) -> None:
-    """Emit the one line a review produces; callers pass only envelope-derived fields, each size-capped."""
-    # Nested under "fields": LogRecord refuses extras that shadow its own attributes ("name").
-    logging.getLogger(REVIEW_LOGGER).info("admission review",
-                                          extra={"fields": {k: capped(v) for k, v in fields.items()}})
+    """Emit the one line a review produces; callers pass only envelope-derived fields, each size-capped.
+
+    Where logging is as ``gpuguard serve`` configures it (``uvicorn_log_config``: JSON lines on stderr), the line
+    is written straight to the handlers' streams, the same text ``JsonFormatter`` makes of the record: a LogRecord
+    and its formatting cost about as much as the rest of a small review's plumbing.  Any other setup (a test's
+    handler, a filter, another formatter) gets the record through ``logging`` as before.
+    """
+    capped_fields = {k: capped(v) for k, v in fields.items()}
+    logger = logging.getLogger(REVIEW_LOGGER)
+    handlers = _json_stream_handlers(logger)
+    if handlers is None:
+        # Nested under "fields": LogRecord refuses extras that shadow its own attributes ("name").
+        logger.info(_REVIEW_MESSAGE, extra={"fields": capped_fields})
+        return
+    if not handlers:
+        return
+    now = time.time()
+    entry: dict[str, Any] = {
+        "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z",
+        "level": "info", "logger": REVIEW_LOGGER, "msg": _REVIEW_MESSAGE, **capped_fields}
+    line = orjson.dumps(entry, default=str).decode()
+    for handler in handlers:
+        handler.acquire()
+        try:
+            handler.stream.write(line + handler.terminator)
+            handler.flush()
+        except Exception:  # as logging does: a broken stream never fails the review
+            handler.handleError(logging.makeLogRecord({"msg": _REVIEW_MESSAGE}))
+        finally:
+            handler.release()
+
+
+def _json_stream_handlers(logger: logging.Logger) -> list[logging.StreamHandler] | None:
+    """The stream handlers a review line reaches when they all format with ``JsonFormatter`` and nothing filters
+    on the way ([] where INFO is off); ``None`` for any other setup."""
+    if not logger.isEnabledFor(logging.INFO):
+        return []
+    handlers: list[logging.StreamHandler] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.filters:
+            return None
+        for handler in current.handlers:
+            if type(handler) is not logging.StreamHandler or handler.filters or \
+                    not isinstance(handler.formatter, JsonFormatter):
+                return None
+            if handler.level <= logging.INFO:
+                handlers.append(handler)
+        current = current.parent if current.propagate else None
+    return handlers
 
 
 def server_logger() -> logging.Logger:

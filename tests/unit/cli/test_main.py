@@ -118,3 +118,18 @@ def test_an_unknown_verb_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
 
 def test_exit_codes_are_the_documented_numbers() -> None:
     assert (ExitCode.OK, ExitCode.FINDINGS, ExitCode.USAGE) == (0, 1, 2)
+
+
+@pytest.mark.parametrize("verb", ["evaluate", "audit", "fix"])
+def test_a_config_without_custom_rules_never_loads_cel(verb: str, tmp_path) -> None:
+    """CEL (``cel_expr_python``, ~16 MiB and a tenth of a second) is for admins' own rules only (issue 33)."""
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n  template:\n    spec:\n"
+                        "      restartPolicy: Never\n      containers:\n      - name: t\n        image: t:1\n"
+                        "        resources: {limits: {nvidia.com/gpu: 1}}\n")
+    args = (verb, str(manifest), "--stdout") if verb == "fix" else (verb, str(manifest))
+    proc = subprocess.run([sys.executable, "-c", _WRAPPER, *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    report = json.loads(proc.stdout.rstrip("\n").rpartition("\n")[2])
+    assert "gpuguard.webhook.engine.core" in report["modules"], proc.stderr  # it did judge the manifest
+    assert not [m for m in report["modules"] if m == "cel_expr_python" or m.startswith("cel_expr_python.")]
