@@ -68,9 +68,9 @@ QUEUE_WAIT = Histogram(
 )
 ONE_PASS = Counter(
     "gpuguard_create_validations_total",
-    "Validating reviews of creates: reused, the mutating review's one evaluation answered it (same uid, same "
-    "object); evaluated, judged in full (another replica, another webhook's change in between, or no mutating "
-    "review here).",
+    "Validating reviews of creates: reused, the mutating review's one evaluation answered it (the object it "
+    "returned, for a request alike); evaluated, judged in full (another replica, another webhook's change in "
+    "between, or no mutating review here).",
     ["result"],
 )
 CONFIG_RELOADS = Counter(
