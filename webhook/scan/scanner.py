@@ -93,6 +93,7 @@ class Scanner:
         self._started = time.monotonic()
         self._full_due = True
         self._elected = threading.Event()
+        self._in_office = False  # leading, with the last leader's reports read (``_take_office``)
         self.reports_served: bool | None = None
         self._published: dict[str, int] = {}
         # gpuguard's reports as the cluster holds them, newest event per report (bounded by the reports it
@@ -250,12 +251,10 @@ class Scanner:
                 metrics.WATCH_FAILING.labels(watch.name).set(1 if watch.error else 0)
             for verb, count in list(kubeapi.REQUESTS.items()):
                 metrics.API_REQUESTS.labels(verb).set(count)
-            if self._elected.is_set():
-                self._elected.clear()
-                self._load_reports()
+            leading = self._take_office()
             self._restore_reports()
             self._retry_writes()
-            if self.lease.leading and self.synced and (self._full_due or self.index.pending()):
+            if leading and self.synced and (self._full_due or self.index.pending()):
                 self.stop_event.wait(self.settings.settle)  # debounce: a burst of changes is one batch
                 self.process()
             else:
@@ -274,6 +273,20 @@ class Scanner:
             if was and not leading:
                 metrics.publish((), leading=False)
             self.stop_event.wait(self.settings.lease_duration / 3)
+
+    def _take_office(self) -> bool:
+        """Whether this replica leads, having read what the last leader wrote.  The lease thread sets
+        ``leading`` before it signals the election, so the scan thread can see the one without the other: it
+        reads the reports itself on the first turn it sees itself leading.  A pass before that read would know
+        no report and rewrite every one the last leader wrote (a stand-by's index holds every workload dirty)."""
+        if not self.lease.leading:
+            self._in_office = False
+            return False
+        if not self._in_office or self._elected.is_set():
+            self._elected.clear()
+            self._load_reports()
+            self._in_office = True
+        return True
 
     def _load_reports(self) -> None:
         """Just elected: read what the last leader wrote (unchanged reports are not rewritten), judge all."""

@@ -223,7 +223,13 @@ class Writer:
             if exc.status != 409:
                 raise
             current = orjson.loads(request(self.api, "GET", self._path(*key), timeout=self.timeout).data)
-            return self._replace(key, built, (current.get("metadata") or {}).get("resourceVersion", ""))
+            version = str((current.get("metadata") or {}).get("resourceVersion", ""))
+            if digest_of(current) == built.digest:  # someone (a previous leader) wrote it already, alike
+                self.known[key] = (built.digest, version)
+                self.kinds[key] = _kind_of(built.report["metadata"].get("labels") or {})
+                self.writes["unchanged"] += 1
+                return "unchanged"
+            return self._replace(key, built, version)
         self.known[key] = (built.digest, created["metadata"]["resourceVersion"])
         self.kinds[key] = _kind_of(built.report["metadata"].get("labels") or {})
         self.writes["create"] += 1

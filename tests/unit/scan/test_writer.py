@@ -33,6 +33,8 @@ class Reports:
             return 200, {"items": list(self.stored.values()) if mine else [], "metadata": {}}
         name = call.path.rsplit("/", 1)[1] if call.path != BASE else None
         if call.method == "POST":
+            if call.body["metadata"]["name"] in self.stored:
+                return 409, status(409, "AlreadyExists")
             return self._store(call.body)
         if name not in self.stored:
             return 404, status(404, "NotFound")
@@ -257,3 +259,41 @@ def test_the_leading_scanner_rejudges_the_workload_whose_report_was_edited() -> 
         scanner._restore_reports()
         assert workload in scanner.index.dirty and scanner.restored == 1
         assert scanner.writer.put(built) == "update"
+
+
+def test_a_writer_that_knows_no_report_leaves_one_already_saying_the_same(cluster) -> None:
+    """A create refused as existing reads the report: alike, it is left as it is and known from then on."""
+    reports, server, writer = cluster
+    built = _real()
+    assert writer.put(built) == "create"
+    version = reports.stored["job-train"]["metadata"]["resourceVersion"]
+    fresh = Writer(writer.api, qps=1000, burst=1000)  # never loaded: knows nothing
+    assert fresh.put(built) == "unchanged"
+    assert reports.stored["job-train"]["metadata"]["resourceVersion"] == version
+    assert fresh.put(_real(fail=2)) == "update"  # and one that says something else is replaced
+
+
+def test_a_scanner_seeing_itself_lead_before_the_election_signal_reads_the_reports_first() -> None:
+    """The lease thread sets ``leading`` before it signals: the scan thread must not write from an empty
+    writer in between (it would rewrite every report the last leader wrote)."""
+    from gpuguard.webhook.scan.scanner import Scanner, Settings
+
+    reports = Reports()
+    with serve(reports) as (_, api):
+        Writer(api, qps=1000, burst=1000).put(_real())  # what the last leader wrote
+        scanner = Scanner(api, Settings())
+        scanner.writer = Writer(api, qps=1000, burst=1000)
+        assert not scanner._take_office() and scanner.writer.known == {}
+        scanner.lease.leading = True  # the election's signal (``_elected``) not yet set
+        assert scanner._take_office()
+        assert ("ml", "job-train") in scanner.writer.known
+        assert scanner.writer.put(_real()) == "unchanged"
+        scanner.writer.known.clear()
+        assert scanner._take_office() and scanner.writer.known == {}  # in office: read once per term
+        scanner._elected.set()  # the signal arriving late reads them again: harmless
+        assert scanner._take_office() and ("ml", "job-train") in scanner.writer.known
+        scanner.lease.leading = False
+        assert not scanner._take_office()
+        scanner.writer.known.clear()
+        scanner.lease.leading = True  # a new term
+        assert scanner._take_office() and ("ml", "job-train") in scanner.writer.known
