@@ -5,8 +5,11 @@ has, for a product no node carries, or that tolerates none of the taints every G
 is accepted by the apiserver and pends forever; a distributed job whose pods must run together
 and ask for more GPUs than the whole cluster (and its pools) can ever offer never starts, while
 the pods that did start hold their GPUs.  Judged from the node inventory
-(``workloads/inventory.py``: the Nodes, declared pools and Karpenter NodePools); without one
-nothing is judged here (``gpu-request-shape`` keeps the profiles' caps).  Capacity in use is
+(``workloads/inventory.py``: the Nodes, declared pools and Karpenter NodePools, and the devices DRA drivers
+publish in ResourceSlices); without one nothing is judged here (``gpu-request-shape`` keeps the profiles' caps).
+A pod's DRA claims are judged against the slices of the drivers their DeviceClass selects, only where that is
+evidence: the class names its driver, some node's slices of it were read, and no pool may add nodes whose
+devices are unknown.  Capacity in use is
 not the question: nothing is denied for being busy now.
 
 The checks narrow the groups a pod could land on step by step (offers its accelerators, enough
@@ -98,11 +101,29 @@ def _names(groups: list[NodeGroup]) -> str:
     return "; ".join(shown) + (f" and {len(groups) - 4} more" if len(groups) > 4 else "")
 
 
-def _judge_pod(template: PodTemplate, inventory: Inventory) -> Finding | None:
+def _too_many_claimed(template: PodTemplate, inventory: Inventory) -> Finding | None:
+    """DRA claims asking more devices of a class than any node's ResourceSlices publish (the class's drivers'
+    devices: an upper bound).  Judged only on evidence: the class and its drivers known, slices of them read on
+    some node, and no pool whose nodes' devices are unknown (``Inventory.dra_offer``)."""
+    for device_class, count in sorted(template.claim_floor.items()):
+        offer = inventory.dra_offer(device_class)
+        if offer is None or any(have >= count for _, have in offer):
+            continue
+        group, most = max(offer, key=lambda pair: pair[1])
+        return Finding(template.spec_path, f"claims {count} devices of DeviceClass {device_class} per pod (DRA); the "
+                       f"most any node's ResourceSlices publish is {most} ({group.describe()}): it would pend forever",
+                       f"claim at most {most} per pod and add pods (workers) instead")
+    return None
+
+
+def _judge_pod(template: PodTemplate, inventory: Inventory, claims_only: bool = False) -> Finding | None:
+    claimed = _too_many_claimed(template, inventory) if template.claim_floor else None
+    if claimed is not None or claims_only:
+        return claimed
     asks = _asks(template)
     accelerators = sorted(r for r in asks if "/" in r)
     if not accelerators:
-        return None  # DRA claims only: ResourceSlices, not node allocatable, say where they fit
+        return None  # DRA claims only: their devices were judged against the ResourceSlices above
     groups = inventory.eligible(accelerators)
     if not groups:
         return Finding(template.spec_path, f"asks {', '.join(accelerators)}, which no node or pool of the cluster "
@@ -136,13 +157,16 @@ def _shape_key(template: PodTemplate) -> bytes:
     """Everything ``_judge_pod`` reads of a pod, as JSON (cheaper than reading the quantities)."""
     spec = template.spec
     if template.adapted or template.ref.container_keys or template.ref.container_lists != POD_CONTAINER_LISTS:
-        return _json((spec, sorted(template.effective_gpus.items())))  # containers not in the usual lists
+        return _json((spec, sorted(template.effective_gpus.items()), sorted(template.claim_floor.items()),
+                      template.shares_claims))  # containers not in the usual lists
     parts = [spec.get(k) for k in ("nodeSelector", "affinity", "tolerations", "resources")]
     for key in ("containers", "initContainers"):
         items = spec.get(key)
         parts.append([(c.get("resources"), c.get("restartPolicy")) if isinstance(c, dict) else c
                       for c in items] if isinstance(items, list) else items)
     parts.append(sorted(template.effective_gpus.items()))
+    if template.claim_devices:
+        parts.append([sorted(template.claim_floor.items()), template.shares_claims])
     return _json(parts)
 
 
@@ -170,7 +194,7 @@ def _gang_slots(template: PodTemplate, inventory: Inventory) -> tuple[int, list[
     asks = _asks(template)
     accelerators = [r for r in asks if "/" in r]
     if not accelerators:
-        return None
+        return _claim_slots(template, inventory, asks)
     node_selector, terms = template.node_selection()
     tolerations = template.spec.get("tolerations")
     tolerations = tolerations if isinstance(tolerations, list) else []
@@ -187,7 +211,33 @@ def _gang_slots(template: PodTemplate, inventory: Inventory) -> tuple[int, list[
     return slots, holding
 
 
-def _gang(view: WorkloadView, inventory: Inventory) -> Finding | None:
+def _claim_slots(template: PodTemplate, inventory: Inventory,
+                 asks: dict[str, Decimal]) -> tuple[int, list[NodeGroup]] | None:
+    """``_gang_slots`` for pods whose accelerators are DRA claims only: whole pods per node by the devices each
+    node's ResourceSlices publish for every class the pod claims (and its CPU and memory); ``None`` where the
+    slices are no evidence (``Inventory.dra_offer``)."""
+    if template.shares_claims or template.claim_floor != template.claim_devices:
+        return None  # pods sharing a claim share its devices; a claim of unsure size is no evidence
+    offers = [(count, inventory.dra_offer(device_class)) for device_class, count in template.claim_floor.items()]
+    if not offers or any(offer is None for _, offer in offers):
+        return None
+    node_selector, terms = template.node_selection()
+    tolerations = template.spec.get("tolerations")
+    tolerations = tolerations if isinstance(tolerations, list) else []
+    slots, holding = 0, []
+    for index, group in enumerate(inventory.groups):
+        if not group.matches(node_selector, terms) or group.untolerated(tolerations) or group.count is None:
+            continue
+        per_node = min(offer[index][1] // count for count, offer in offers if offer is not None and count > 0)
+        by_size = _pods_per_node(group, asks)
+        per_node = min(per_node, by_size) if by_size is not None else per_node
+        slots += per_node * group.count
+        if per_node:
+            holding.append(group)
+    return slots, holding
+
+
+def _gang(view: WorkloadView, inventory: Inventory, claims_only: bool = False) -> Finding | None:
     """A gang placed in part holds its GPUs and trains nothing: it fits only if every pod of it fits whole at once.
     Counted in whole pods per node group (four 4-GPU pods never fit on 2-GPU nodes, whatever their GPUs add up to);
     templates of one shape share the count."""
@@ -198,6 +248,8 @@ def _gang(view: WorkloadView, inventory: Inventory) -> Finding | None:
             seen = by_shape.get(key)
             by_shape[key] = (template, pods + (seen[1] if seen else 0))
     for template, pods in by_shape.values():
+        if claims_only and any("/" in r for r in template.effective_gpus):
+            continue  # nodes known only by their slices say nothing of extended resources
         found = _gang_slots(template, inventory)
         if found is None:
             continue
@@ -227,21 +279,22 @@ def _not_now(finding: Finding) -> Finding:
 
 
 def _judge(view: WorkloadView, inventory: Inventory, settings: Settings) -> Iterator[Finding]:
+    claims_only = not inventory.known  # nodes whose only accelerators are DRA devices in ResourceSlices
     for template in view.gpu_templates:
         # the same shape is judged once per inventory summary: the key is everything _judge_pod reads
-        key = ("schedulable", template.spec_path, _shape_key(template))
-        finding: Finding | None = inventory.memo(key, partial(_judge_pod, template, inventory))
+        key = ("schedulable", template.spec_path, _shape_key(template), claims_only)
+        finding: Finding | None = inventory.memo(key, partial(_judge_pod, template, inventory, claims_only))
         if finding is not None:
             yield finding
     if settings.check_gangs and view.kind.gang is not None and view.pod_count() > 1:
-        gang = _gang(view, inventory)
+        gang = _gang(view, inventory, claims_only)
         if gang is not None:
             yield gang
 
 
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     inventory = view.inventory
-    if not inventory.known:
+    if not inventory.known and not inventory.publishes_dra:
         return
     now = list(_judge(view, inventory.schedulable_now(), settings))
     if not now or not inventory.has_cordoned:
@@ -261,7 +314,8 @@ POLICY = ValidatingPolicy(
     description="With a node inventory (docs/inventory.md), denies a pod or pod template that no node group or "
     "declared pool can ever host (more devices per pod than any eligible node has, CPU/memory/ephemeral storage "
     "beyond every eligible node's allocatable, a node selection no such node matches, taints it does not tolerate "
-    "on all of them) and a distributed job whose pods, which must run together, ask for more accelerators than all "
+    "on all of them, DRA claims for more devices of a class than any node's ResourceSlices publish) and a "
+    "distributed job whose pods, which must run together, ask for more accelerators than all "
     "eligible nodes and pools can offer, naming what it asked for and the largest shape there is; never for "
     "capacity in use now.",
     rationale="The apiserver accepts a pod no node can hold; it pends forever, and a gang that can never fit holds "

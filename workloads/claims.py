@@ -226,6 +226,17 @@ def _largest(request: DeviceRequest, accelerators: Accelerators) -> tuple[Device
     return (best[1], best[2]) if best is not None else None
 
 
+def _floor(request: DeviceRequest) -> tuple[str, int] | None:
+    """(class, count) the request needs whatever the scheduler picks: its exact count, or the smallest of its
+    alternatives when all are exact counts of one class; ``None`` otherwise (allocationMode All, mixed classes)."""
+    options = request.alternatives or (request,)
+    classes = {o.device_class for o in options}
+    counts = [o.count for o in options]
+    if len(classes) != 1 or any(c is None for c in counts):
+        return None
+    return options[0].device_class, min(c for c in counts if c is not None)
+
+
 def attach_claims(template: PodTemplate, namespace: str | None, accelerators: Accelerators,
                   claims: ClaimSource | None) -> None:
     """Count the devices of ``template``'s claims into it (and into the first container using each).
@@ -260,7 +271,11 @@ def attach_claims(template: PodTemplate, namespace: str | None, accelerators: Ac
             template.unjudged_claims.append(problem)
             continue
         first_user = users.get(claim_name, [(None, None)])[0] if isinstance(claim_name, str) else (None, None)
+        template.shares_claims = template.shares_claims or kind == "ResourceClaim"
         for request in requests:
+            floor = _floor(request)
+            if floor is not None and accelerators.for_device_class(floor[0]) is not None:
+                template.claim_floor[floor[0]] = template.claim_floor.get(floor[0], 0) + floor[1]
             chosen = _largest(request, accelerators)
             if chosen is None:
                 continue

@@ -81,6 +81,8 @@ class NodeGroup:
     # Cordoned nodes (``spec.unschedulable``, a driver upgrade, a drain): they host nothing new now but come back,
     # so what only they can host is "not now", never "never".
     cordoned: bool = False
+    # DRA devices its largest node's ResourceSlices publish, per driver (nodes only; a pool's are unknown)
+    dra_devices: Mapping[str, int] = field(default_factory=dict)
 
     def offers(self, resource: str) -> bool:
         """Whether the group has (or, with an unknown shape, may have) ``resource``."""
@@ -183,6 +185,12 @@ class Inventory:
         known: bool = self.memo(("known",), lambda: any(g.accelerators or not g.shape_known for g in self.groups))
         return known
 
+    @property
+    def publishes_dra(self) -> bool:
+        """Whether some node's ResourceSlices publish DRA devices (read from the cluster or a ``--nodes`` file)."""
+        published: bool = self.memo(("dra",), lambda: any(g.dra_devices for g in self.groups))
+        return published
+
     def offering(self, resource: str) -> list[NodeGroup]:
         return [g for g in self.groups if g.offers(resource)]
 
@@ -227,6 +235,17 @@ class Inventory:
                                                                   "effect": taint.effect}
         return Learned(tuple(sorted(resources)), {r: tuple(t.values()) for r, t in resources.items() if t},
                        tuple((c.name, c.extended_resource) for c in self.device_classes), denied)
+
+    def dra_offer(self, device_class: str) -> list[tuple[NodeGroup, int]] | None:
+        """Per group, the devices of ``device_class`` the largest node's ResourceSlices publish (the devices of the
+        drivers its selectors name: an upper bound, as its other selectors only narrow them); ``None`` where that
+        is no evidence: a class unknown or naming no driver, no slice of its drivers on any node (not read, or
+        the driver not running yet), or a pool whose nodes' devices nobody can know yet."""
+        found = next((c for c in self.device_classes if c.name == device_class), None)
+        if found is None or not found.drivers or any(g.source != "nodes" for g in self.groups):
+            return None
+        offer = [(g, sum(g.dra_devices.get(d, 0) for d in found.drivers)) for g in self.groups]
+        return offer if any(n for _, n in offer) else None
 
     def eligible(self, resources: Iterable[str]) -> list[NodeGroup]:
         """Groups and pools that offer every one of ``resources`` (extended resource names)."""
@@ -345,6 +364,7 @@ class _Acc:
     smallest: dict[str, Decimal]
     count: int = 1
     cordoned: bool = False
+    dra: dict[str, int] = field(default_factory=dict)
 
     def add(self, labels: Mapping[str, str], alloc: Mapping[str, Decimal]) -> None:
         self.count += 1
@@ -358,11 +378,13 @@ class _Acc:
     def freeze(self) -> NodeGroup:
         labels: dict[str, frozenset[str] | None] = {k: frozenset((v,)) for k, v in self.labels.items()}
         return NodeGroup(self.name, "nodes", labels, self.taints, dict(self.largest), dict(self.smallest),
-                         self.count, cordoned=self.cordoned)
+                         self.count, cordoned=self.cordoned, dra_devices=dict(self.dra))
 
 
-def summarise_nodes(nodes: Iterable[Mapping[str, Any]]) -> tuple[list[NodeGroup], int]:
-    """Node objects -> groups (same accelerators, product, instance type and taints), and the node count."""
+def summarise_nodes(nodes: Iterable[Mapping[str, Any]],
+                    dra: Mapping[str, Mapping[str, int]] | None = None) -> tuple[list[NodeGroup], int]:
+    """Node objects -> groups (same accelerators, DRA devices per driver (``dra``: by node name), product, instance
+    type and taints), and the node count."""
     groups: dict[tuple, _Acc] = {}
     total = 0
     for node in nodes:
@@ -376,14 +398,17 @@ def summarise_nodes(nodes: Iterable[Mapping[str, Any]]) -> tuple[list[NodeGroup]
         alloc = _allocatable(node)
         taints = _taints(spec.get("taints") if isinstance(spec, dict) else None)
         accel = tuple(sorted((k, v) for k, v in alloc.items() if "/" in k and v > 0))
+        name = meta.get("name") if isinstance(meta, dict) else None
+        devices_by_driver = dict((dra or {}).get(name) or {}) if isinstance(name, str) else {}
         product = _first(labels, PRODUCT_LABELS)
         itype = _first(labels, INSTANCE_TYPE_LABELS)
-        key = (accel, product, itype, taints, cordoned)
+        key = (accel, tuple(sorted(devices_by_driver.items())), product, itype, taints, cordoned)
         acc = groups.get(key)
         if acc is None:
             devices = [k for k, _ in accel if may_be_accelerator(k)]
-            name = product or itype or (devices[0] if devices else "cpu")
-            groups[key] = _Acc(name, dict(labels), taints, dict(alloc), dict(alloc), cordoned=cordoned)
+            group_name = product or itype or (devices[0] if devices else next(iter(sorted(devices_by_driver)), "cpu"))
+            groups[key] = _Acc(group_name, dict(labels), taints, dict(alloc), dict(alloc), cordoned=cordoned,
+                               dra=devices_by_driver)
         else:
             acc.add(labels, alloc)
     return [g.freeze() for g in groups.values()], total
@@ -454,17 +479,30 @@ def device_class(obj: Any) -> DeviceClass | None:
 _DRIVER = re.compile(r"""device\.driver\s*==\s*["']([^"']+)["']""")
 
 
+def slice_entry(obj: Mapping[str, Any]) -> tuple[str, str, int] | None:
+    """The node, driver and device count of a ``resource.k8s.io`` ResourceSlice published for one node
+    (``spec.nodeName``); ``None`` for anything else.  Slices of devices reachable from several nodes
+    (``nodeSelector``, ``allNodes``, per-device node selection) belong to no one node's count."""
+    if obj.get("kind") != "ResourceSlice" or str(obj.get("apiVersion") or "").split("/")[0] != DRA_GROUP:
+        return None
+    spec = _mapping(obj.get("spec"))
+    node, driver, devices = spec.get("nodeName"), spec.get("driver"), spec.get("devices")
+    if isinstance(node, str) and node and isinstance(driver, str) and driver and isinstance(devices, list):
+        return node, driver, sum(1 for d in devices if isinstance(d, dict))
+    return None
+
+
 def slice_devices(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     """Devices per node and DRA driver, from ``resource.k8s.io`` ResourceSlices (those published for one node)."""
+    return count_slices(entry for obj in objects if (entry := slice_entry(obj)) is not None)
+
+
+def count_slices(entries: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int]]:
+    """Devices per node and driver from ``slice_entry`` records (devices published in several slices add up)."""
     out: dict[str, dict[str, int]] = {}
-    for obj in objects:
-        if obj.get("kind") != "ResourceSlice" or str(obj.get("apiVersion") or "").split("/")[0] != DRA_GROUP:
-            continue
-        spec = _mapping(obj.get("spec"))
-        node, driver, devices = spec.get("nodeName"), spec.get("driver"), spec.get("devices")
-        if isinstance(node, str) and node and isinstance(driver, str) and driver and isinstance(devices, list):
-            per_node = out.setdefault(node, {})
-            per_node[driver] = per_node.get(driver, 0) + sum(1 for d in devices if isinstance(d, dict))
+    for node, driver, count in entries:
+        per_node = out.setdefault(node, {})
+        per_node[driver] = per_node.get(driver, 0) + count
     return out
 
 
@@ -496,9 +534,12 @@ def device_classes(objects: Iterable[Any]) -> list[DeviceClass]:
     return [found for obj in _flatten(objects) if (found := device_class(obj)) is not None]
 
 
-def from_objects(objects: Iterable[Any], pools: Iterable[NodeGroup] = ()) -> Inventory:
+def from_objects(objects: Iterable[Any], pools: Iterable[NodeGroup] = (),
+                 slice_counts: Mapping[str, Mapping[str, int]] | None = None) -> Inventory:
     """An inventory from Node, Karpenter NodePool, DRA DeviceClass and ResourceSlice objects (Lists unpacked) plus
-    declared pools; a node's ResourceSlices count as the extended resource a DeviceClass maps their driver to."""
+    declared pools; a node's ResourceSlices count as the extended resource a DeviceClass maps their driver to.
+    ``slice_counts`` (devices per node and driver) stands for slices already reduced to their counts, as the
+    server's watch keeps them."""
     nodes: list[Mapping[str, Any]] = []
     extra: list[NodeGroup] = list(pools)
     classes: list[DeviceClass] = []
@@ -513,9 +554,15 @@ def from_objects(objects: Iterable[Any], pools: Iterable[NodeGroup] = ()) -> Inv
             slices.append(obj)
         elif (found := device_class(obj)) is not None:
             classes.append(found)
-    if slices:
-        nodes = with_slice_devices(nodes, slice_devices(slices), classes)
-    groups, total = summarise_nodes(nodes)
+    counts: dict[str, dict[str, int]] = {}
+    if slices or slice_counts:
+        counts = slice_devices(slices)
+        for node, per_driver in (slice_counts or {}).items():
+            mine = counts.setdefault(node, {})
+            for driver, count in per_driver.items():
+                mine[driver] = mine.get(driver, 0) + count
+        nodes = with_slice_devices(nodes, counts, classes)
+    groups, total = summarise_nodes(nodes, counts)
     return Inventory(tuple(groups) + tuple(extra), total).with_device_classes(classes)
 
 

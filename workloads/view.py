@@ -75,6 +75,10 @@ class PodTemplate:
     containers: list[Container]
     # DRA devices of the pod's claims, device class -> count (each claim counted once per pod)
     claim_devices: dict[str, int] = field(default_factory=dict)
+    # the fewest devices per class its claims need for sure (exact counts; of alternatives, the smallest when all
+    # are of one class; never allocationMode All): what "no node can ever hold it" is judged on
+    claim_floor: dict[str, int] = field(default_factory=dict)
+    shares_claims: bool = False  # names a ResourceClaim (shared by every pod naming it), not only templates
     claim_profiles: dict[str, Profile] = field(default_factory=dict)
     # claims gpuguard could not read: (path, message); reported as warnings, never counted as 0 silently
     unresolved_claims: list[tuple[Path, str]] = field(default_factory=list)

@@ -19,7 +19,13 @@ Karpenter installed after gpuguard is found.
 DRA DeviceClasses (``resource.k8s.io``, the newest served version) are listed by the same thread at the same
 interval: a few cluster-scoped objects, which say what else counts as an accelerator (a class no profile names;
 an extended resource a class serves, ``spec.extendedResourceName``; docs/accelerators.md).
-RBAC: ``list`` and ``watch`` on nodes, ``list`` on nodepools and deviceclasses (``deploy/base/rbac.yaml``).
+Once a version of that API answers, the DRA drivers' ResourceSlices are followed by a list+watch like the
+nodes' (paginated, each slice reduced to its node, driver and device count as it arrives): a node whose GPUs a DRA
+driver publishes, with no ``nvidia.com/gpu`` allocatable, counts the devices as the extended resource its driver's
+DeviceClass maps them to (KEP-5004; docs/inventory.md).  Where no version is served, no slice watch runs: the
+cluster is asked again at the next DeviceClass read.
+RBAC: ``list`` and ``watch`` on nodes and resourceslices, ``list`` on nodepools and deviceclasses
+(``deploy/base/rbac.yaml``).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from gpuguard.kubeapi.client import ApiError, custom_objects
 from gpuguard.kubeapi.watch import SERVER_PAGE_SIZE, ResourceWatch
 from gpuguard.workloads.claims import GROUP as DRA_GROUP
 from gpuguard.workloads.claims import VERSIONS as DRA_VERSIONS
-from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory, from_objects
+from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory, count_slices, from_objects, slice_entry
 
 log = logging.getLogger("gpuguard.nodes")
 KARPENTER = ("karpenter.sh", "v1", "nodepools")
@@ -58,9 +64,15 @@ def _slim(node: dict) -> dict:
 
 
 def _slim_class(device_class: dict, version: str) -> dict:
-    """What the accelerator model reads of a DeviceClass: its name and the extended resource it serves."""
+    """What the accelerator model reads of a DeviceClass: its name, the extended resource it serves and its CEL
+    selectors (which name the driver whose ResourceSlices it draws devices from)."""
     spec = device_class.get("spec") or {}
-    slim_spec = {"extendedResourceName": spec["extendedResourceName"]} if spec.get("extendedResourceName") else {}
+    slim_spec: dict[str, Any] = {"extendedResourceName": spec["extendedResourceName"]} \
+        if spec.get("extendedResourceName") else {}
+    selectors = [{"cel": {"expression": str(((s.get("cel") or {}).get("expression")) or "")}}
+                 for s in spec.get("selectors") or [] if isinstance(s, dict) and isinstance(s.get("cel"), dict)]
+    if selectors:
+        slim_spec["selectors"] = selectors
     return {"apiVersion": f"{DRA_GROUP}/{version}", "kind": "DeviceClass",
             "metadata": {"name": (device_class.get("metadata") or {}).get("name")}, "spec": slim_spec}
 
@@ -74,6 +86,11 @@ class NodeWatch:
         self._pool_refresh = pool_refresh
         self._pools: dict[str, dict] = {}
         self._classes: dict[str, dict] = {}  # DRA DeviceClasses, slimmed
+        self._slices: dict[str, tuple[str, str, int]] = {}  # ResourceSlice name -> (node, driver, devices)
+        self._slice_watch: ResourceWatch | None = None
+        self._slice_version: str | None = None
+        self._slices_synced = False
+        self._dra_read = False  # the DeviceClasses were asked for once (served or not)
         self._on_change = on_change
         self._settle = settle_seconds
         self._nodes: dict[str, dict] = {}
@@ -86,8 +103,14 @@ class NodeWatch:
 
     @property
     def error(self) -> str | None:
-        """Why the node list or watch is failing now (``None`` while it works)."""
-        return self._watch.error
+        """Why the node (or ResourceSlice) list or watch is failing now (``None`` while they work)."""
+        return self._watch.error or (self._slice_watch.error if self._slice_watch is not None else None)
+
+    @property
+    def complete(self) -> bool:
+        """The nodes are listed, the DRA API was asked for, and its ResourceSlices listed where it is served:
+        the first inventory worth deciding with."""
+        return self.synced and self._dra_read and (self._slice_watch is None or self._slices_synced)
 
     def start(self) -> NodeWatch:
         self._watch.start()
@@ -98,6 +121,8 @@ class NodeWatch:
     def stop(self) -> None:
         self._stop.set()
         self._watch.stop()
+        if self._slice_watch is not None:
+            self._slice_watch.stop()
         self._dirty.set()
 
     def _node_event(self, kind: str, node: dict) -> None:
@@ -128,9 +153,43 @@ class NodeWatch:
             self._dirty.clear()
             self.summarise()
 
+    def _watch_slices(self, version: str) -> None:
+        """Follow the ResourceSlices of ``version`` (the DeviceClasses' served version), once per version."""
+        if version == self._slice_version:
+            return
+        if self._slice_watch is not None:
+            self._slice_watch.stop()
+        self._slice_version, self._slices, self._slices_synced = version, {}, False
+        self._slice_watch = ResourceWatch(self._api_client, f"/apis/{DRA_GROUP}/{version}/resourceslices",
+                                          self._slice_event, self._slices_listed, name="resourceslices",
+                                          page_size=SERVER_PAGE_SIZE).start()
+        log.info("watching %s/%s ResourceSlices: DRA devices count in the node inventory", DRA_GROUP, version)
+
+    def _slice_event(self, kind: str, obj: dict) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if not name:
+            return
+        obj.setdefault("kind", "ResourceSlice")
+        obj.setdefault("apiVersion", f"{DRA_GROUP}/{self._slice_version}")
+        entry = None if kind == "DELETED" else slice_entry(obj)
+        changed = (self._slices.pop(name, None) if entry is None else self._slices.get(name)) != entry
+        if entry is not None:
+            self._slices[name] = entry
+        if changed and self._slices_synced:
+            self._dirty.set()
+
+    def _slices_listed(self, seen: set[tuple[str, str]]) -> None:
+        """A complete list of slices: those deleted while nobody watched go."""
+        names = {name for _, name in seen}
+        for name in [n for n in self._slices if n not in names]:
+            self._slices.pop(name, None)
+        self._slices_synced = True
+        self._dirty.set()
+
     def summarise(self) -> Inventory:
         """Summarise the cached nodes now and hand the inventory on."""
-        inventory = from_objects([*self._nodes.values(), *self._pools.values(), *self._classes.values()])
+        inventory = from_objects([*self._nodes.values(), *self._pools.values(), *self._classes.values()],
+                                 slice_counts=count_slices(list(self._slices.values())))
         self.inventory = inventory
         try:
             self._on_change(inventory)
@@ -168,6 +227,7 @@ class NodeWatch:
                 return
             classes = {c["metadata"]["name"]: _slim_class(c, version) for c in listing.get("items") or []
                        if isinstance(c, dict) and (c.get("metadata") or {}).get("name")}
+            self._watch_slices(version)
             break
         if classes != self._classes:
             self._classes = classes
@@ -180,6 +240,7 @@ class NodeWatch:
                     read()
                 except Exception as exc:  # noqa: BLE001 - network errors: keep the last ones, try again
                     log.warning("reading %s failed (%s); keeping the last ones", what, type(exc).__name__)
+            self._dra_read = True  # asked once, answered or not: the first inventory waits no longer for it
             self._stop.wait(self._pool_refresh)
 
 
@@ -188,7 +249,7 @@ def start_node_watch(api_client: Any, on_change: Callable[[Inventory], None],
     """Start the process's node watch and wait (bounded) for its first listing to be summarised."""
     watch = NodeWatch(api_client, on_change, pool_refresh=pool_refresh).start()
     deadline = time.monotonic() + wait_seconds
-    while not watch.synced and time.monotonic() < deadline:
+    while not watch.complete and time.monotonic() < deadline:
         time.sleep(0.05)
     if watch.synced:
         watch.summarise()

@@ -187,7 +187,7 @@ def test_rbac_is_least_privilege() -> None:
          "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
          "resourceNames": ["gpuguard"], "verbs": ["get", "patch"]},
         {"apiGroups": ["karpenter.sh"], "resources": ["nodepools"], "verbs": ["list"]},  # autoscaled GPU pools
-        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates", "resourceclaims"],
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates", "resourceclaims", "resourceslices"],
          "verbs": ["list", "watch"]},
         {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["list"]},  # learned accelerators
         # the ServingRuntimes an InferenceService names or KServe selects by model format

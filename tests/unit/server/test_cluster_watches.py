@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuguard.kubeapi.watch import SERVER_PAGE_SIZE
 from gpuguard.webhook.server.claimwatch import ClaimWatch
-from gpuguard.webhook.server.nodewatch import NodeWatch
+from gpuguard.webhook.server.nodewatch import NodeWatch, start_node_watch
 from tests.support.fake_apiserver import Call, serve
 
 PAGE = SERVER_PAGE_SIZE  # the server watches' page size
@@ -130,5 +130,98 @@ def test_a_cluster_without_dra_is_said_once_and_watched_when_it_gains_the_api(mo
                 assert time.monotonic() < deadline, "the claim API appeared but nothing watches it"
                 time.sleep(0.05)
             assert not watch.not_served
+        finally:
+            watch.stop()
+
+
+DRA_DRIVER = "gpu.example.com"  # a driver and class names gpuguard ships nothing about
+
+
+def _dra_node(i: int) -> dict[str, Any]:
+    """A node whose GPUs only a DRA driver publishes: no GPU in its allocatable."""
+    return {"metadata": {"name": f"dra-{i}", "labels": {"topology.example.com/rack": "r1"}},
+            "spec": {}, "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"}}}
+
+
+def _slice(node: str, part: int, devices: int) -> dict[str, Any]:
+    return {"metadata": {"name": f"{node}-{DRA_DRIVER}-{part}", "managedFields": [{}] * 3},
+            "spec": {"driver": DRA_DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1,
+                                                                       "resourceSliceCount": 2},
+                     "devices": [{"name": f"gpu-{part}-{d}", "attributes": {"model": {"string": "X1"}}}
+                                 for d in range(devices)]}}
+
+
+def _dra_cluster(slices: list[dict[str, Any]], served: bool = True) -> Any:
+    import time
+
+    nodes = Paged([_dra_node(i) for i in range(3)])
+    classes = Paged([{"metadata": {"name": "gpus.example.com"}, "spec": {
+        "extendedResourceName": "example.com/gpu",
+        "selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]}}])
+
+    def answer(call: Call) -> tuple[int, Any]:
+        if call.query.get("watch"):
+            time.sleep(0.2)  # a watch that ends with nothing new
+            return 200, {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "7"}}}
+        if call.path == "/api/v1/nodes":
+            return nodes(call)
+        if not served or not call.path.startswith("/apis/resource.k8s.io/v1/"):
+            return 404, {"kind": "Status", "code": 404, "reason": "NotFound"}
+        if call.path.endswith("/deviceclasses"):
+            return 200, {"items": copy.deepcopy(classes.items), "metadata": {}}
+        return Paged(slices)(call)
+    return answer
+
+
+def test_a_dra_only_cluster_counts_the_devices_its_resourceslices_publish() -> None:
+    """KEP-5004: GPUs a DRA driver serves appear in no node's allocatable, only in ResourceSlices; a DeviceClass
+    maps the driver to the extended resource pods ask for.  The server's node watch reads the slices (in pages,
+    each reduced to node, driver and count): 8 devices per node, published in two slices of 4."""
+    from gpuguard.webhook.config import load_config
+    from gpuguard.webhook.engine.core import Engine
+
+    slices = [_slice(f"dra-{i}", part, 4) for i in range(3) for part in range(2)]
+    seen: list[Any] = []
+    with serve(_dra_cluster(slices)) as (server, api):
+        watch = start_node_watch(api, seen.append, wait_seconds=20, pool_refresh=3600)
+        try:
+            assert watch.complete
+            asked = [c for c in server.calls if c.path == "/apis/resource.k8s.io/v1/resourceslices"]
+            assert asked and asked[0].query["limit"] == str(PAGE)
+            assert all(len(entry) == 3 for entry in watch._slices.values())  # what is kept of a slice
+            inventory = seen[-1]
+            engine = Engine(load_config())
+            engine.set_nodes(inventory)
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
+                   "spec": {"containers": [{"name": "c", "image": "i", "resources": {
+                       "limits": {"example.com/gpu": 8}}}]}}
+            def denied_as_never_placed(gpus: int) -> bool:
+                pod["spec"]["containers"][0]["resources"]["limits"]["example.com/gpu"] = gpus
+                decision = engine.evaluate(pod)
+                assert decision.gpus == gpus
+                return "schedulable" in [v.policy for v in decision.denials]
+
+            assert not denied_as_never_placed(8)
+            assert denied_as_never_placed(16)  # no node's slices offer 16
+            # a slice withdrawn (the driver's pool shrinks): that node has 4 left, the others still 8
+            watch._slice_event("DELETED", {"metadata": {"name": "dra-0-gpu.example.com-1"}})
+            engine.set_nodes(watch.summarise())
+            assert not denied_as_never_placed(8)
+            for name in [n for n in watch._slices if not n.startswith("dra-0-")]:
+                watch._slice_event("DELETED", {"metadata": {"name": name}})
+            engine.set_nodes(watch.summarise())
+            assert denied_as_never_placed(8) and not denied_as_never_placed(4)
+        finally:
+            watch.stop()
+
+
+def test_without_the_dra_api_no_slice_watch_runs_and_the_first_inventory_waits_for_nothing() -> None:
+    seen: list[Any] = []
+    with serve(_dra_cluster([], served=False)) as (server, api):
+        watch = start_node_watch(api, seen.append, wait_seconds=20, pool_refresh=3600)
+        try:
+            assert watch.complete and watch._slice_watch is None and watch.error is None
+            assert not [c for c in server.calls if c.path.endswith("/resourceslices")]
+            assert seen and seen[-1].device_classes == ()
         finally:
             watch.stop()

@@ -30,7 +30,14 @@ from gpuguard.webhook.cli.audit.cost import is_finished
 from gpuguard.webhook.decision import RequestContext
 from gpuguard.webhook.manifests import Document
 from gpuguard.workloads.claims import StaticClaims
-from gpuguard.workloads.inventory import DeviceClass, Inventory, device_classes, from_objects
+from gpuguard.workloads.inventory import (
+    DeviceClass,
+    Inventory,
+    count_slices,
+    device_classes,
+    from_objects,
+    slice_entry,
+)
 from gpuguard.workloads.kinds import TEMPLATE_HOLDERS, KindSpec, all_kinds, lookup, lookup_group_kind
 from gpuguard.workloads.kinds.configured import unknown_pod_kinds
 
@@ -108,6 +115,8 @@ class ClusterLister:
     errors: list[str] = field(default_factory=list)  # a kind that could not be listed: exit 2
     skipped_owned: int = 0
     device_classes: list[DeviceClass] = field(default_factory=list)  # read with the claims (cluster-scoped)
+    dra_version: str | None = None  # the resource.k8s.io version the cluster serves (found by ``claims``)
+    class_objects: list[dict[str, Any]] = field(default_factory=list)  # the DeviceClasses as listed
 
     def served_kinds(self) -> list[ServedKind]:
         """gpuguard's kinds that this cluster serves, via API discovery."""
@@ -240,7 +249,25 @@ class ClusterLister:
         for node in raw:
             node.setdefault("apiVersion", "v1")
             node.setdefault("kind", "Node")
-        return from_objects(raw)
+        return from_objects([*raw, *self.class_objects], slice_counts=self._slice_counts())
+
+    def _slice_counts(self) -> dict[str, dict[str, int]]:
+        """Devices per node and driver that the DRA drivers' ResourceSlices publish (read after ``claims``,
+        which finds the served version): a node whose GPUs only a DRA driver serves counts them as the
+        extended resource its DeviceClass maps them to (docs/inventory.md)."""
+        from gpuguard.workloads.claims import GROUP
+
+        if self.dra_version is None:
+            return {}
+        custom, version = custom_objects(self.api), self.dra_version
+        try:
+            listed = self._pages(lambda **kw: custom.list_cluster_custom_object(GROUP, version, "resourceslices", **kw))
+            entries = [entry for raw in listed if (entry := slice_entry(
+                {**raw, "apiVersion": f"{GROUP}/{version}", "kind": "ResourceSlice"})) is not None]
+        except ApiError as exc:
+            self.notes.append(f"cannot list resourceslices ({_reason(exc)}): DRA devices are not counted on nodes")
+            return {}
+        return count_slices(entries)
 
     def claims(self) -> StaticClaims:
         """DRA ResourceClaimTemplates and ResourceClaims in scope, to resolve pods' resourceClaims."""
@@ -258,6 +285,7 @@ class ClusterLister:
         version = next((v for v in VERSIONS if v in served), None)
         if version is None:
             return StaticClaims(origin=f"this cluster (it does not serve {GROUP})")
+        self.dra_version = version
         custom = custom_objects(self.api)
         found = StaticClaims(origin=origin)
         for kind, plural in PLURALS.items():
@@ -274,8 +302,8 @@ class ClusterLister:
                 self.notes.append(f"cannot list {plural} ({_reason(exc)}): pods' DRA claims are not resolved")
         try:  # what the cluster's DeviceClasses say is an accelerator (docs/accelerators.md)
             listed = self._pages(lambda **kw: custom.list_cluster_custom_object(GROUP, version, "deviceclasses", **kw))
-            self.device_classes = device_classes({**raw, "apiVersion": f"{GROUP}/{version}", "kind": "DeviceClass"}
-                                                 for raw in listed)
+            self.class_objects = [{**raw, "apiVersion": f"{GROUP}/{version}", "kind": "DeviceClass"} for raw in listed]
+            self.device_classes = device_classes(self.class_objects)
         except ApiError as exc:
             self.notes.append(f"cannot list deviceclasses ({_reason(exc)}): accelerators are not learned from them")
         return found

@@ -271,3 +271,48 @@ def test_strip_and_controller_helpers() -> None:
     assert obj["status"] == {"x": 1}  # the input is not modified
     assert controller_of({"metadata": {"ownerReferences": [{"kind": "Job", "controller": False}]}}) is None
     assert controller_of({"metadata": {"ownerReferences": [JOB_OWNER]}}) == JOB_OWNER
+
+
+def _dra_only(fake: FakeApiServer) -> None:
+    """Two nodes whose GPUs only a DRA driver publishes (no GPU allocatable), 4 devices per slice, and a
+    DeviceClass mapping the driver to the extended resource pods ask for (KEP-5004)."""
+    fake.discovery["/apis"]["groups"].append(_group("resource.k8s.io", "v1"))
+    nodes = [{"metadata": {"name": f"dra-{i}", "labels": {}}, "spec": {},
+              "status": {"allocatable": {"cpu": "64", "memory": "512Gi"}}} for i in range(2)]
+    slices = [{"metadata": {"name": f"dra-{i}-{part}"}, "spec": {
+        "driver": "gpu.example.com", "nodeName": f"dra-{i}", "pool": {"name": f"dra-{i}"},
+        "devices": [{"name": f"d{part}{d}"} for d in range(4)]}} for i in range(2) for part in range(2)]
+    shared = {"metadata": {"name": "fabric"}, "spec": {"driver": "gpu.example.com", "allNodes": True,
+                                                       "devices": [{"name": "x"}] * 16}}  # no one node's
+    classes = [{"metadata": {"name": "gpus.example.com"}, "spec": {
+        "extendedResourceName": "example.com/gpu",
+        "selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]}}]
+    fake.collections.update({
+        "/api/v1/nodes": ("NodeList", nodes),
+        "/apis/resource.k8s.io/v1/resourceslices": ("ResourceSliceList", [*slices, shared]),
+        "/apis/resource.k8s.io/v1/deviceclasses": ("DeviceClassList", classes),
+        "/apis/resource.k8s.io/v1/resourceclaimtemplates": ("ResourceClaimTemplateList", []),
+        "/apis/resource.k8s.io/v1/resourceclaims": ("ResourceClaimList", []),
+    })
+
+
+def test_audit_cluster_counts_the_gpus_a_dra_driver_publishes_in_resourceslices(fake) -> None:
+    server, api = fake
+    _dra_only(server)
+    lister = ClusterLister(api, source="cluster:test", chunk_size=3)
+    lister.claims()
+    inventory = lister.nodes()
+    assert inventory is not None and not lister.notes
+    assert [(g.count, g.allocatable.get("example.com/gpu")) for g in inventory.groups] == [(2, 8)]
+    assert sum(1 for r in server.requests if r.startswith("/apis/resource.k8s.io/v1/resourceslices")) == 2
+
+
+def test_audit_cluster_says_when_it_may_not_list_resourceslices(fake) -> None:
+    server, api = fake
+    _dra_only(server)
+    server.forbidden.add("/apis/resource.k8s.io/v1/resourceslices")
+    lister = ClusterLister(api, source="cluster:test")
+    lister.claims()
+    inventory = lister.nodes()
+    assert inventory is not None and [g.allocatable.get("example.com/gpu") for g in inventory.groups] == [None]
+    assert any("cannot list resourceslices" in n and "not counted" in n for n in lister.notes)
