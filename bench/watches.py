@@ -1,15 +1,18 @@
 """The server's memory beside a large cluster: ``gpuguard serve --node-inventory --dra-claims`` at scale.
 
-The webhook follows the cluster's Nodes and DRA ResourceClaimTemplates / ResourceClaims (``webhook/server``'s node
-and claim watches, on ``gpuguard.kubeapi.watch``).  Its memory must follow what it keeps (a slim node, a claim's
-device requests), not what the cluster holds: issue 32 measured the list-everything-at-once watches at 582 MiB with
-5,000 nodes and 632 MiB beside 250 large claim templates, over the shipped 512 MiB limit.
+The webhook follows the cluster's Nodes, DRA ResourceSlices, ResourceClaimTemplates and ResourceClaims
+(``webhook/server``'s node and claim watches, on ``gpuguard.kubeapi.watch``).  Its memory must follow what it
+keeps (a slim node, a slice's device count, a claim's device requests), not what the cluster holds: issue 32
+measured the list-everything-at-once watches at 582 MiB with 5,000 nodes and 632 MiB beside 250 large claim
+templates, over the shipped 512 MiB limit.
 
 This driver serves a synthetic cluster from an in-process HTTP apiserver (pages by ``limit``/``continue`` as the
-real one; watches idle), starts the real ``gpuguard serve`` against it with a kubeconfig, waits until both
-collections are listed, and records the server's RSS now and its peak (VmRSS, VmHWM), for an empty cluster and
+real one; watches idle), starts the real ``gpuguard serve`` against it with a kubeconfig, waits until every
+collection is listed, and records the server's RSS now and its peak (VmRSS, VmHWM), for an empty cluster and
 for each size.  Nodes are shaped like real ones (labels, taints, allocatable, ~6 KB of images and managed fields
-each); claim templates carry a 4 KB annotation beside their device request.
+each); claim templates carry a 4 KB annotation beside their device request; every GPU node (one in five)
+publishes two ResourceSlices (8 GPUs with the attributes a GPU driver publishes, 8 NICs of a network driver;
+~3 KB each), selected by two DeviceClasses.
 
 ``python bench/watches.py [--quick]``; prints a table and writes ``bench/results/watches.json``.
 """
@@ -39,7 +42,7 @@ from _common import (
 )
 from _paths import add_option, check_paths
 
-SIZES = ((0, 0), (1000, 1000), (5000, 10000))  # (nodes, claim templates)
+SIZES = ((0, 0), (1000, 1000), (5000, 10000))  # (nodes, claim templates); two slices per GPU node
 QUICK = ((0, 0), (200, 200))
 
 
@@ -63,6 +66,34 @@ def node(i: int) -> dict[str, Any]:
                                    "sizeBytes": 123456789} for j in range(25)]}}
 
 
+def resource_slices(i: int) -> list[dict[str, Any]]:
+    """A GPU node's slices: its 8 GPUs (the attributes a GPU DRA driver publishes) and 8 NICs of another driver."""
+    if i % 5:
+        return []
+
+    def one(driver: str, prefix: str, attributes: dict[str, Any], capacity: dict[str, Any]) -> dict[str, Any]:
+        return {"kind": "ResourceSlice", "apiVersion": "resource.k8s.io/v1",
+                "metadata": {"name": f"node-{i}-{driver}", "resourceVersion": "1",
+                             "managedFields": [{"manager": driver, "operation": "Update"}]},
+                "spec": {"driver": driver, "nodeName": f"node-{i}",
+                         "pool": {"name": f"node-{i}", "generation": 1, "resourceSliceCount": 1},
+                         "devices": [{"name": f"{prefix}-{d}", "attributes": {
+                             **attributes, "uuid": {"string": f"{prefix.upper()}-{i:05d}-{d:04d}-0000-0000"}},
+                             "capacity": capacity} for d in range(8)]}}
+
+    return [one("gpu.nvidia.com", "gpu", {"type": {"string": "gpu"}, "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                                          "architecture": {"string": "Hopper"},
+                                          "driverVersion": {"version": "570.124.6"},
+                                          "cudaComputeCapability": {"version": "9.0.0"}},
+                {"memory": {"value": "80Gi"}}),
+            one("nic.example.net", "nic", {"linkSpeed": {"string": "400G"}, "rdma": {"bool": True}}, {})]
+
+
+DEVICE_CLASSES = [{"kind": "DeviceClass", "apiVersion": "resource.k8s.io/v1", "metadata": {"name": name},
+                   "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{name}"'}}]}}
+                  for name in ("gpu.nvidia.com", "nic.example.net")]
+
+
 def claim_template(i: int) -> dict[str, Any]:
     return {"kind": "ResourceClaimTemplate", "apiVersion": "resource.k8s.io/v1",
             "metadata": {"name": f"gpus-{i}", "namespace": f"team-{i % 50}", "resourceVersion": "1",
@@ -77,7 +108,9 @@ class Cluster:
     def __init__(self, nodes: int, templates: int) -> None:
         self.items = {"/api/v1/nodes": [node(i) for i in range(nodes)],
                       "/apis/resource.k8s.io/v1/resourceclaimtemplates": [claim_template(i) for i in range(templates)],
-                      "/apis/resource.k8s.io/v1/resourceclaims": []}
+                      "/apis/resource.k8s.io/v1/resourceclaims": [],
+                      "/apis/resource.k8s.io/v1/resourceslices": [s for i in range(nodes) for s in resource_slices(i)],
+                      "/apis/resource.k8s.io/v1/deviceclasses": DEVICE_CLASSES if nodes else []}
         self.lists = {path: 0 for path in self.items}
         self.biggest_page = 0
 
@@ -151,6 +184,7 @@ def measure(workdir: Path, certs: Path, nodes: int, templates: int) -> dict[str,
             raise RuntimeError(f"gpuguard serve never listed {', '.join(unlisted)} (see {server.log})")
         time.sleep(5)  # the inventory's summary and the claim store settle
         row = {"nodes": nodes, "claim_templates": templates, "listed": dict(cluster.lists),
+               "resource_slices": len(cluster.items["/apis/resource.k8s.io/v1/resourceslices"]),
                "biggest_page": cluster.biggest_page, "rss_mib": rss_mb(server.pid),
                "peak_rss_mib": peak_rss_mb(server.pid)}
     finally:
@@ -172,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = [measure(workdir, certs, n, t) for n, t in (QUICK if args.quick else SIZES)]
     info = machine()
     text = ("gpuguard serve --node-inventory --dra-claims beside a synthetic cluster (RSS after both lists, MiB)\n"
-            + table(["nodes", "claim templates", "largest page", "RSS", "peak RSS"],
-                    [[r["nodes"], r["claim_templates"], r["biggest_page"], r["rss_mib"], r["peak_rss_mib"]]
+            + table(["nodes", "resource slices", "claim templates", "largest page", "RSS", "peak RSS"],
+                    [[r["nodes"], r["resource_slices"], r["claim_templates"], r["biggest_page"], r["rss_mib"],
+                      r["peak_rss_mib"]]
                      for r in rows]))
     print(text)
     print(machine_line(info))
