@@ -135,11 +135,17 @@ def test_a_create_is_evaluated_once_through_the_real_apiserver(cluster):
             "name": "trainer", "image": "ghcr.io/example/train:1", "env": [{"name": "CHECKPOINT_URI",
                                                                               "value": "s3://team/ckpt"}],
             "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    unchanged = server.metrics().get("gpuguard_create_mutations_unchanged_total", 0.0)
     cp.kubectl("apply", "-f", "-", input=json.dumps(pod))
     pod_reused, pod_evaluated = _one_pass_counts(server)
+    reinvoked = server.metrics().get("gpuguard_create_mutations_unchanged_total", 0.0) - unchanged
     print(f"\n[e2e] one pass: Job create reused {job_reused - reused:g}; bare Pod reused "
-          f"{pod_reused - job_reused:g}, evaluated {pod_evaluated - job_evaluated:g}")
+          f"{pod_reused - job_reused:g}, evaluated {pod_evaluated - job_evaluated:g}; its reinvocation answered "
+          f"unchanged {reinvoked:g}")
     assert pod_reused - job_reused + pod_evaluated - job_evaluated == 1  # the Pod's one validating review
+    # gpuguard named the Pod's priority class; the apiserver's Priority admission set its priority and called
+    # gpuguard again with what it had returned: answered from the first evaluation, not evaluated again
+    assert (reinvoked, pod_reused - job_reused) == (1, 1)
 
 
 # 3 ---------------------------------------------------------------------------------------

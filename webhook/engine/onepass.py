@@ -47,3 +47,10 @@ def validating_half(decision: Decision) -> Decision:
     own = decision.violations[decision.validated_from:]
     return replace(decision, violations=own, allowed=not any(v.verdict == "deny" for v in own), patch=[],
                    mutated_by=[], changes=[], original=None, mutated=None, validated_from=None)
+
+
+def unchanged(kept: Decision, received: object) -> Decision:
+    """What /mutate answers for an object it returned moments before (``kept``: that create's validating half):
+    allowed, nothing to patch (gpuguard's mutations are idempotent), no findings (the first answer gave them)."""
+    return replace(kept, violations=[], allowed=True, patch=[], mutated_by=[], changes=[], original=received,
+                   mutated=received, validated_from=None)

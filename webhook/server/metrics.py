@@ -73,6 +73,12 @@ ONE_PASS = Counter(
     "between, or no mutating review here).",
     ["result"],
 )
+REINVOCATIONS = Counter(
+    "gpuguard_create_mutations_unchanged_total",
+    "Mutating reviews of creates that received an object gpuguard had just returned (the apiserver calls it again "
+    "after its Priority admission set a Pod's priority from the class gpuguard named): answered unchanged, "
+    "without evaluating again.",
+)
 CONFIG_RELOADS = Counter(
     "gpuguard_config_reloads_total",
     "Config file reloads after a change on disk; error means the old config stays in force.",

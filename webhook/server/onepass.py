@@ -36,13 +36,20 @@ _SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "resourceVersion",
                     "namespace")
 # The Job's own PrepareForCreate: a selector and the labels it selects, on the pod template.  No policy reads them.
 _JOB_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid", "job-name", "batch.kubernetes.io/job-name")
+# What the apiserver's Priority admission computes on a Pod from its priorityClassName (again after gpuguard names
+# a class, before it calls gpuguard a second time): left out of the digest where nothing may read it (no custom
+# rule; no shipped policy reads them but to drop them from templates).
+_DERIVED_POD_FIELDS = ("priority", "preemptionPolicy")
 DEFAULT_CAPACITY = 2048
 DEFAULT_TTL_SECONDS = 30.0  # the apiserver's longest webhook timeout: a create's reviews are closer than that
 
 
-def _as_judged(obj: dict) -> dict:
-    """``obj`` without what the apiserver itself adds on create (shallow copies of the parts it touches)."""
+def _as_judged(obj: dict, derived: bool = False) -> dict:
+    """``obj`` without what the apiserver itself adds on create (shallow copies of the parts it touches); with
+    ``derived``, a Pod's priority and preemption policy too (``_DERIVED_POD_FIELDS``)."""
     shown = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+    if derived and obj.get("kind") == "Pod" and isinstance(obj.get("spec"), dict):
+        shown["spec"] = {k: v for k, v in obj["spec"].items() if k not in _DERIVED_POD_FIELDS}
     meta = obj.get("metadata")
     if isinstance(meta, dict):
         kept = {k: v for k, v in meta.items() if k not in _SYSTEM_METADATA}
@@ -64,7 +71,7 @@ def _as_judged(obj: dict) -> dict:
     return shown
 
 
-def digest(ctx: RequestContext, obj: Any) -> tuple[int, int] | None:
+def digest(ctx: RequestContext, obj: Any, derived: bool = False) -> tuple[int, int] | None:
     """A digest of what the decision on a create reads: the object without the apiserver's own fields, and who
     asks where.
 
@@ -76,7 +83,7 @@ def digest(ctx: RequestContext, obj: Any) -> tuple[int, int] | None:
         return None
     request = [ctx.namespace, ctx.username, sorted(ctx.groups), sorted(ctx.namespace_labels.items())]
     try:
-        raw = orjson.dumps([request, _as_judged(obj)], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+        raw = orjson.dumps([request, _as_judged(obj, derived)], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     except (TypeError, orjson.JSONEncodeError):
         return None
     return hash(raw), len(raw)
@@ -101,9 +108,10 @@ class ValidationCache:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def keep(self, ctx: RequestContext, returned: Any, judge: tuple[object, ...], decision: Decision) -> None:
+    def keep(self, ctx: RequestContext, returned: Any, judge: tuple[object, ...], decision: Decision,
+             derived: bool = False) -> None:
         """Keep ``decision`` (a validating half) for the object /mutate returned to the request ``ctx``."""
-        if (key := digest(ctx, returned)) is None:
+        if (key := digest(ctx, returned, derived)) is None:
             return
         now = time.monotonic()
         with self._lock:
@@ -112,13 +120,25 @@ class ValidationCache:
             while len(self._kept) > self.capacity or (self._kept and next(iter(self._kept.values())).until < now):
                 self._kept.popitem(last=False)
 
-    def take(self, ctx: RequestContext, received: Any, judge: tuple[object, ...]) -> Decision | None:
+    def take(self, ctx: RequestContext, received: Any, judge: tuple[object, ...],
+             derived: bool = False) -> Decision | None:
         """The kept decision when /validate received an object /mutate returned, to a request alike and judged by
         the same engine; else None.  Taken once."""
-        if (key := digest(ctx, received)) is None:
+        return self._find(ctx, received, judge, derived, take=True)
+
+    def returned(self, ctx: RequestContext, received: Any, judge: tuple[object, ...],
+                 derived: bool = False) -> Decision | None:
+        """The kept decision when /mutate receives an object it returned moments before (the apiserver calls it
+        again after its Priority admission set a Pod's priority from the class gpuguard named): gpuguard's
+        mutations are idempotent, so its answer is "unchanged".  Left for /validate."""
+        return self._find(ctx, received, judge, derived, take=False)
+
+    def _find(self, ctx: RequestContext, received: Any, judge: tuple[object, ...], derived: bool,
+              take: bool) -> Decision | None:
+        if (key := digest(ctx, received, derived)) is None:
             return None
         with self._lock:
-            kept = self._kept.pop(key, None)
+            kept = self._kept.pop(key, None) if take else self._kept.get(key)
         if kept is None or kept.until < time.monotonic() or len(kept.judge) != len(judge) or \
                 any(a is not b for a, b in zip(kept.judge, judge, strict=True)):
             return None

@@ -191,15 +191,21 @@ def _decision(server: ServerState, endpoint: str, req: AdmissionRequest, ctx: Re
     # The object comes straight from orjson and is never modified: no defensive copy needed.
     if server.one_pass is None or req.operation != "CREATE" or req.sub_resource:
         return engine.evaluate(req.object, ctx, plain_json=True)
+    # A Pod's priority, which the apiserver derives from the class, is left out of what is compared unless a
+    # custom rule (which may read anything) could judge it.
+    derived = not getattr(server.active.config, "custom", None)
     if endpoint == "validate":
-        kept = server.one_pass.take(ctx, req.object, judge)
+        kept = server.one_pass.take(ctx, req.object, judge, derived)
         metrics.create_validations("evaluated" if kept is None else "reused").inc()
         return kept if kept is not None else engine.evaluate(req.object, ctx, plain_json=True)
     if reads_objects(req.object):
         return engine.evaluate(req.object, ctx, plain_json=True)
+    if (returned := server.one_pass.returned(ctx, req.object, judge, derived)) is not None:
+        metrics.REINVOCATIONS.inc()  # reinvoked with what gpuguard returned: nothing to evaluate again
+        return onepass.unchanged(returned, req.object)
     both = engine.evaluate(req.object, dataclasses.replace(ctx, validate=True), plain_json=True)
     if onepass.can_split(both):
-        server.one_pass.keep(ctx, both.mutated, judge, onepass.validating_half(both))
+        server.one_pass.keep(ctx, both.mutated, judge, onepass.validating_half(both), derived)
     return onepass.mutating_half(both)
 
 

@@ -21,6 +21,7 @@ from gpuguard.webhook.decision import RequestContext
 from gpuguard.webhook.server import metrics, onepass
 from gpuguard.webhook.server.state import build_active
 from tests.support.asgi_client import AsgiClient, make_app
+from tests.support.gpuguard_process import DEFAULT_CONFIG
 from tests.support.paths import REPO
 from tests.support.server import decoded_patch, review
 
@@ -208,3 +209,104 @@ def test_a_user_label_on_the_job_template_is_still_read() -> None:
     job = {"kind": "Job", "spec": {"template": {"metadata": {"labels": {"gpuguard.io/workload-class": "training"}}}}}
     other = {"kind": "Job", "spec": {"template": {"metadata": {"labels": {"gpuguard.io/workload-class": "inference"}}}}}
     assert onepass.digest(CTX, job) != onepass.digest(CTX, other)
+
+
+def _bare_pod() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}, "spec": {
+        "restartPolicy": "Never", "containers": [{
+            "name": "trainer", "image": "ghcr.io/example/train:1",
+            "env": [{"name": "CHECKPOINT_URI", "value": "s3://team/ckpt"}],
+            "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+
+
+def _with_priority(pod: dict) -> dict:
+    """The pod as the apiserver's Priority admission leaves it after gpuguard named its class."""
+    pod = copy.deepcopy(pod)
+    pod["spec"].update(priority=10000, preemptionPolicy="PreemptLowerPriority")
+    return pod
+
+
+def _unchanged() -> float:
+    return metrics.REINVOCATIONS._value.get()
+
+
+def test_a_pod_reinvoked_after_the_priority_admission_is_answered_unchanged_without_evaluating(
+        client: AsgiClient) -> None:
+    """A bare Pod create is three reviews: gpuguard names a priority class, the apiserver's Priority admission sets
+    the priority from it and calls gpuguard again (reinvocationPolicy IfNeeded), then validates.  The second call
+    receives what gpuguard returned: answered unchanged from what it kept, and /validate still reuses it."""
+    returned = _mutate(client, _bare_pod())
+    assert returned["spec"]["priorityClassName"] == "training-standard"
+    reinvoked = _with_priority(returned)
+    engine = client.app.state.server.active.engine
+    calls: list[int] = []
+    original = engine.evaluate
+    engine.evaluate = lambda *a, **k: calls.append(1) or original(*a, **k)  # type: ignore[method-assign]
+    try:
+        before = _unchanged()
+        _, answer = client.post_json("/mutate", _review(reinvoked))
+        assert answer["response"]["allowed"] and "patch" not in answer["response"]
+        assert _unchanged() - before == 1 and calls == []  # nothing evaluated
+        response, reused = _validate(client, reinvoked)
+        assert (response["allowed"], reused, calls) == (True, 1, [])
+    finally:
+        engine.evaluate = original  # type: ignore[method-assign]
+
+
+def test_a_reinvocation_with_anything_else_changed_is_evaluated(client: AsgiClient) -> None:
+    returned = _mutate(client, _bare_pod())
+    other = _with_priority(returned)
+    other["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 9  # another webhook's change
+    before = _unchanged()
+    client.post_json("/mutate", _review(other))
+    assert _unchanged() == before  # evaluated: what it keeps for /validate is the 9-GPU pod's
+    response, reused = _validate(client, other)
+    assert (response["allowed"], reused) == (False, 1)  # 9 GPUs are more than a node has
+
+
+def test_with_custom_rules_a_pods_priority_is_compared_too() -> None:
+    """A custom rule may read spec.priority: what was judged without it is not taken for the object with it."""
+    rule = """
+customPolicies:
+  - id: no-huge-priority
+    title: Pods keep a modest priority
+    action: enforce
+    scope: object
+    validations:
+      - expression: "!has(object.spec.priority) || object.spec.priority < 5000"
+        message: priority too high
+"""
+    client = AsgiClient(make_app(DEFAULT_CONFIG.read_text() + rule))
+    try:
+        returned = _mutate(client, _bare_pod())
+        before = _unchanged()
+        client.post_json("/mutate", _review(_with_priority(returned)))
+        assert _unchanged() == before  # evaluated again
+        response, _ = _validate(client, _with_priority(returned))
+        assert response["allowed"] is False and "priority too high" in response["status"]["message"]
+    finally:
+        client.close()
+
+
+def test_every_fixture_pod_is_unchanged_by_a_second_mutation_after_its_priority_is_set() -> None:
+    """What makes the reinvocation answer sound: gpuguard's mutation of a Pod it mutated, with the priority the
+    apiserver derives from the class it named, changes nothing (every Pod among the fixture cases' inputs)."""
+    import yaml
+
+    from gpuguard.webhook.config import load_config
+    from gpuguard.webhook.engine.core import Engine
+
+    engine = Engine(load_config())
+    mutate = RequestContext(operation="CREATE", namespace="ml", mutate=True, validate=False)
+    pods = 0
+    for path in sorted((REPO / "tests" / "policies").rglob("input.yaml")):
+        for obj in yaml.safe_load_all(path.read_text()):
+            if not isinstance(obj, dict) or obj.get("kind") != "Pod" or obj.get("apiVersion") != "v1":
+                continue
+            first = engine.evaluate(obj, mutate)
+            if first.error or first.skipped or first.invalid:
+                continue
+            pods += 1
+            second = engine.evaluate(_with_priority(first.mutated), mutate)
+            assert second.patch == [], (path, second.patch)
+    assert pods >= 20, pods
