@@ -188,6 +188,14 @@ def _pods_per_node(group: NodeGroup, asks: dict[str, Decimal]) -> int | None:
     return min(fits) if fits else None
 
 
+def _may_land_on(template: PodTemplate, groups: list[NodeGroup]) -> list[NodeGroup]:
+    """The groups a pod of ``template`` may land on by its node selection and tolerations."""
+    node_selector, terms = template.node_selection()
+    tolerations = template.spec.get("tolerations")
+    tolerations = tolerations if isinstance(tolerations, list) else []
+    return [g for g in groups if g.matches(node_selector, terms) and not g.untolerated(tolerations)]
+
+
 def _gang_slots(template: PodTemplate, inventory: Inventory) -> tuple[int, list[NodeGroup]] | None:
     """Pods of the template's shape the cluster can ever hold at once (per node whole pods x nodes, on the groups it
     may land on by its selection and tolerations), and those groups; ``None``: a pool with no bound may grow."""
@@ -195,11 +203,7 @@ def _gang_slots(template: PodTemplate, inventory: Inventory) -> tuple[int, list[
     accelerators = [r for r in asks if "/" in r]
     if not accelerators:
         return _claim_slots(template, inventory, asks)
-    node_selector, terms = template.node_selection()
-    tolerations = template.spec.get("tolerations")
-    tolerations = tolerations if isinstance(tolerations, list) else []
-    groups = [g for g in inventory.eligible(accelerators) if g.matches(node_selector, terms)
-              and not g.untolerated(tolerations)]
+    groups = _may_land_on(template, inventory.eligible(accelerators))
     slots, holding = 0, []
     for group in groups:
         per_node = _pods_per_node(group, asks)
@@ -221,12 +225,10 @@ def _claim_slots(template: PodTemplate, inventory: Inventory,
     offers = [(count, inventory.dra_offer(device_class)) for device_class, count in template.claim_floor.items()]
     if not offers or any(offer is None for _, offer in offers):
         return None
-    node_selector, terms = template.node_selection()
-    tolerations = template.spec.get("tolerations")
-    tolerations = tolerations if isinstance(tolerations, list) else []
+    landing = {id(g) for g in _may_land_on(template, list(inventory.groups))}
     slots, holding = 0, []
     for index, group in enumerate(inventory.groups):
-        if not group.matches(node_selector, terms) or group.untolerated(tolerations) or group.count is None:
+        if id(group) not in landing or group.count is None:
             continue
         per_node = min(offer[index][1] // count for count, offer in offers if offer is not None and count > 0)
         by_size = _pods_per_node(group, asks)

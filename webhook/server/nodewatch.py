@@ -77,6 +77,13 @@ def _slim_class(device_class: dict, version: str) -> dict:
             "metadata": {"name": (device_class.get("metadata") or {}).get("name")}, "spec": slim_spec}
 
 
+def _forget_unlisted(store: dict[str, Any], seen: set[tuple[str, str]]) -> None:
+    """Drop from a cluster-scoped store (by name) what a complete list no longer holds: deleted while unwatched."""
+    names = {name for _, name in seen}
+    for name in [n for n in store if n not in names]:
+        store.pop(name, None)
+
+
 class NodeWatch:
     """A cached list+watch of Nodes, summarised into an inventory when they change."""
 
@@ -138,9 +145,7 @@ class NodeWatch:
 
     def _nodes_listed(self, seen: set[tuple[str, str]]) -> None:
         """A complete list: nodes deleted while nobody watched go; the first one makes the watch synced."""
-        names = {name for _, name in seen}
-        for name in [n for n in self._nodes if n not in names]:
-            self._nodes.pop(name, None)
+        _forget_unlisted(self._nodes, seen)
         self.synced = True
         self._dirty.set()
 
@@ -180,9 +185,7 @@ class NodeWatch:
 
     def _slices_listed(self, seen: set[tuple[str, str]]) -> None:
         """A complete list of slices: those deleted while nobody watched go."""
-        names = {name for _, name in seen}
-        for name in [n for n in self._slices if n not in names]:
-            self._slices.pop(name, None)
+        _forget_unlisted(self._slices, seen)
         self._slices_synced = True
         self._dirty.set()
 

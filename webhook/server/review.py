@@ -200,7 +200,9 @@ def _decision(server: ServerState, endpoint: str, req: AdmissionRequest, ctx: Re
         return kept if kept is not None else engine.evaluate(req.object, ctx, plain_json=True)
     if reads_objects(req.object):
         return engine.evaluate(req.object, ctx, plain_json=True)
-    if (returned := server.one_pass.returned(ctx, req.object, judge, derived)) is not None:
+    # Only a Pod comes back changed by the apiserver alone (its Priority admission): no other kind pays the lookup.
+    if req.kind.kind == "Pod" and not req.kind.group and \
+            (returned := server.one_pass.returned(ctx, req.object, judge, derived)) is not None:
         metrics.REINVOCATIONS.inc()  # reinvoked with what gpuguard returned: nothing to evaluate again
         return onepass.unchanged(returned, req.object)
     both = engine.evaluate(req.object, dataclasses.replace(ctx, validate=True), plain_json=True)

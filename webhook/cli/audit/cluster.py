@@ -114,9 +114,13 @@ class ClusterLister:
     notes: list[str] = field(default_factory=list)  # degraded but usable: shown, not fatal
     errors: list[str] = field(default_factory=list)  # a kind that could not be listed: exit 2
     skipped_owned: int = 0
-    device_classes: list[DeviceClass] = field(default_factory=list)  # read with the claims (cluster-scoped)
     dra_version: str | None = None  # the resource.k8s.io version the cluster serves (found by ``claims``)
-    class_objects: list[dict[str, Any]] = field(default_factory=list)  # the DeviceClasses as listed
+    class_objects: list[dict[str, Any]] = field(default_factory=list)  # the DeviceClasses as listed (``claims``)
+
+    @property
+    def device_classes(self) -> list[DeviceClass]:
+        """The listed DeviceClasses as the accelerator model reads them: what else counts as an accelerator."""
+        return device_classes(self.class_objects)
 
     def served_kinds(self) -> list[ServedKind]:
         """gpuguard's kinds that this cluster serves, via API discovery."""
@@ -303,7 +307,6 @@ class ClusterLister:
         try:  # what the cluster's DeviceClasses say is an accelerator (docs/accelerators.md)
             listed = self._pages(lambda **kw: custom.list_cluster_custom_object(GROUP, version, "deviceclasses", **kw))
             self.class_objects = [{**raw, "apiVersion": f"{GROUP}/{version}", "kind": "DeviceClass"} for raw in listed]
-            self.device_classes = device_classes(self.class_objects)
         except ApiError as exc:
             self.notes.append(f"cannot list deviceclasses ({_reason(exc)}): accelerators are not learned from them")
         return found
