@@ -21,6 +21,7 @@ from gpuguard.policies import (
     job_limits,
     job_ttl,
     mixed_vendors,
+    namespace_quota,
     priority_abuse,
     priority_class,
     schedulable,
@@ -36,8 +37,8 @@ REGISTRY: dict[str, Policy] = {
     for module in (
         gpu_tolerations, gpu_node_affinity, default_resources, priority_class, job_ttl, job_limits, shm_volume,
         checkpoint_volume, gpu_memory_guard, gpu_request_shape, schedulable, mixed_vendors, server_parallelism,
-        shared_rwo_claim, gang_scheduling, inference_on_spot, ephemeral_storage, priority_abuse, workload_class,
-        idle_after_finish,
+        shared_rwo_claim, namespace_quota, gang_scheduling, inference_on_spot, ephemeral_storage, priority_abuse,
+        workload_class, idle_after_finish,
     )
 }
 

@@ -23,7 +23,9 @@ Two such jobs can deadlock each other.  What really gangs, judged by semantics, 
 * the cluster's own gang (Kubernetes 1.35+, KEP-4671): every GPU pod template naming its group, ``spec.workloadRef``
   (1.35: a Workload's pod group) or ``spec.schedulingGroup`` (1.36: a PodGroup, which the Job controller also
   makes from a Workload's templates); kube-scheduler's GangScheduling plugin holds the pods until the group's
-  ``minCount`` can be placed.
+  ``minCount`` can be placed.  With ``jobControllerGangs`` (the admin says kube-controller-manager runs with the
+  WorkloadWithJob gate, 1.36+), a Job the Job controller gangs itself (``Gang.controller_gap``: Indexed,
+  parallelism equal to completions) counts too; the object can't show the gate, so it is never assumed.
 
 ``schedulerName: volcano`` alone does not gang: Volcano gives such pods an automatic PodGroup of
 one (``minMember: 1``).  Only pods that hold GPUs at the same time count: the CPU initializer
@@ -65,6 +67,11 @@ class Settings(PolicySettings):
         "gets minMember 1.")
     accept_kubeflow_scheduling_policy: bool = Field(
         True, description="Accept Kubeflow runPolicy.schedulingPolicy (the operator runs with a gang scheduler).")
+    job_controller_gangs: bool = Field(
+        False, description="kube-controller-manager runs with the WorkloadWithJob feature gate (Kubernetes 1.36+): "
+        "its Job controller makes a Workload and a PodGroup (minCount = parallelism) for an Indexed Job, or a "
+        "CronJob's, whose parallelism equals its completions, so such a Job counts as gang-scheduled. The object "
+        "can't show the gate: off until the admin says so.")
     kinds: list[str] | None = Field(
         None, description="Kinds checked, by name (Job) or name.group (Job.batch.volcano.sh, when a name is "
         "shared); unset: every distributed-job kind (Job, CronJob, Kubeflow jobs, JobSet, Volcano Job).")
@@ -112,6 +119,12 @@ def _why_not_ganged(view: WorkloadView, gang: Gang, settings: Settings, pods: in
     templates = view.gpu_templates
     if all(_in_pod_group(t, settings) or _in_tree_group(t) for t in templates):
         return None
+    if settings.job_controller_gangs:
+        gap = view.controller_gang_gap()
+        if gap is None:
+            return None
+        if view.kind.gang is not None and view.kind.gang.controller_gap is not None:
+            return f"the Job controller gangs only an Indexed Job whose parallelism equals its completions: {gap}"
     if all(t.spec.get("schedulerName") in settings.pod_grouper_schedulers for t in templates):
         return _why_not_pod_grouped(view, settings, pods, templates[0].spec.get("schedulerName"))
     if all(t.spec.get("schedulerName") in settings.schedulers for t in templates):
@@ -161,7 +174,16 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                   "coscheduling pod-group label (scheduling.x-k8s.io/pod-group) or, on Kubernetes 1.35+, a "
                   "spec.workloadRef / spec.schedulingGroup on its GPU pod templates, "
                   f"schedulerName: volcano with the annotation {MIN_MEMBER_ANNOTATION}: \"{pods}\", or "
-                  f"schedulerName: kai-scheduler with the annotation {KAI_MIN_MEMBER_ANNOTATION}: \"{pods}\"")
+                  f"schedulerName: kai-scheduler with the annotation {KAI_MIN_MEMBER_ANNOTATION}: \"{pods}\""
+                  + _job_controller_hint(view, settings))
+
+
+def _job_controller_hint(view: WorkloadView, settings: Settings) -> str:
+    """Where the kind's own controller would gang this object once the admin says the cluster runs it so."""
+    if settings.job_controller_gangs or view.controller_gang_gap() is not None:
+        return ""
+    return ("; or, where kube-controller-manager runs with the WorkloadWithJob feature gate (Kubernetes 1.36+), "
+            "ask the admin to set gang-scheduling's jobControllerGangs: the Job controller gangs this Job itself")
 
 
 POLICY = ValidatingPolicy(

@@ -25,9 +25,16 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   fi
 fi
 
-# kube-apiserver, kube-controller-manager and etcd for the e2e suite (a no-op once cached).
+# The e2e matrix: the whole suite on Kubernetes 1.33 (tests/support/cluster/build.sh's default), and what only the
+# newest release serves plus a smoke subset of the suite on it (tests/support/cluster/README.md, "The e2e matrix").
+K8S_NEWEST="${K8S_NEWEST:-v1.36.3}"
+E2E_NEWEST_SMOKE=(tests/e2e/release tests/e2e/test_controlplane_smoke.py tests/e2e/test_admission_e2e.py
+                  tests/e2e/test_lifecycle_e2e.py tests/e2e/test_dra_inventory_e2e.py tests/e2e/test_scheduler_truth_e2e.py)
+
+# kube-apiserver, kube-controller-manager, kube-scheduler and etcd for the e2e suite (a no-op once cached).
 if command -v go >/dev/null || [ -x /usr/local/go/bin/go ]; then
   bash tests/support/cluster/build.sh
+  K8S_VERSION="$K8S_NEWEST" bash tests/support/cluster/build.sh  # the newest release (its own cache directory)
   bash tests/support/helm/build.sh  # helm for the chart tests (helm lint/template, install e2e; cached)
   bash tests/support/promtool/build.sh  # Prometheus' rule checker, for the monitoring pack's alert tests
   bash tests/support/actionlint/build.sh  # actionlint (and shellcheck) for the workflow lint test (cached)
@@ -42,3 +49,8 @@ lint-imports  # the layering contracts in pyproject.toml
 python3 scripts/generate.py --check  # every derived file (configs, tables, cases) is up to date
 python3 bench/smoke.py  # every bench driver's paths and arguments (--check-paths, peers included), then each --quick run: fails when one breaks or a body is denied, never on speed
 python3 -m pytest -p no:cacheprovider "$@"
+# The newest release, when the whole suite was asked for (no arguments): a run given its own selection is the
+# caller's to choose; `K8S_VERSION=$K8S_NEWEST python3 -m pytest tests/e2e/release` runs it alone.
+if [ $# -eq 0 ]; then
+  K8S_VERSION="$K8S_NEWEST" python3 -m pytest -p no:cacheprovider "${E2E_NEWEST_SMOKE[@]}"
+fi

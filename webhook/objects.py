@@ -39,6 +39,9 @@ READABLE: dict[tuple[str, str], tuple[str, str]] = {
 # PersistentVolumeClaim's access modes (shared-rwo-claim); the webhook needs ``get`` on them.
 READABLE_CORE: dict[tuple[str, str], tuple[str, str]] = {
     ("", "PersistentVolumeClaim"): ("v1", "persistentvolumeclaims")}
+# Core objects a policy lists per namespace: (group, kind) -> (version, plural).  The namespace's ResourceQuotas
+# (namespace-quota); the webhook needs ``list`` on them.
+LISTABLE_CORE: dict[tuple[str, str], tuple[str, str]] = {("", "ResourceQuota"): ("v1", "resourcequotas")}
 # Lists are cached per (group, kind, namespace or None).
 ListKey = tuple[str, str, str | None]
 
@@ -49,7 +52,7 @@ def _key_of(obj: dict) -> Key | None:
     if not isinstance(api_version, str) or not isinstance(kind, str) or not isinstance(meta.get("name"), str):
         return None
     group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
-    if (group, kind) not in READABLE and (group, kind) not in READABLE_CORE:
+    if (group, kind) not in READABLE and (group, kind) not in READABLE_CORE and (group, kind) not in LISTABLE_CORE:
         return None
     namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
     return group, kind, namespace, meta["name"]
@@ -180,7 +183,8 @@ class ApiLookup:
 
     def list_objects(self, group: str, kind: str, namespace: str | None) -> list[dict] | None:
         """List a kind from the API (or the cache); ``None`` when it can't be listed (errors are logged)."""
-        if (group, kind) not in READABLE:
+        core = (group, kind) in LISTABLE_CORE
+        if (group, kind) not in READABLE and not (core and namespace):
             return None
         key = (group, kind, namespace)
         hit = self._lists.get(key)
@@ -188,11 +192,13 @@ class ApiLookup:
             return hit[1]
         from gpuguard.kubeapi.client import ApiError, KubeConfigError
 
-        version, plural = READABLE[(group, kind)]
+        version, plural = LISTABLE_CORE[(group, kind)] if core else READABLE[(group, kind)]
         items: list[dict] | None = None
         try:
             api = self._client()
-            if namespace:
+            if core and namespace:
+                listed = self._core_list(api, version, namespace, plural)
+            elif namespace:
                 listed = api.list_namespaced_custom_object(group, version, namespace, plural,
                                                            _request_timeout=self.TIMEOUT)
             else:
@@ -209,6 +215,24 @@ class ApiLookup:
             self._lists.clear()
         self._lists[key] = (time.monotonic() + (self.TTL if items is not None else self.MISS_TTL), items)
         return items
+
+    def _core_list(self, api: Any, version: str, namespace: str, plural: str) -> Any:
+        """A namespace's core objects of a kind (``/api/v1/namespaces/NS/PLURAL``), read as JSON (a client without
+        an ``api_client``, a stand-in, is asked as for a custom object of the core group)."""
+        if getattr(api, "api_client", None) is None:
+            return api.list_namespaced_custom_object("", version, namespace, plural, _request_timeout=self.TIMEOUT)
+        import orjson
+
+        from gpuguard.kubeapi.client import request
+
+        response = request(api.api_client, "GET", f"/api/{version}/namespaces/{namespace}/{plural}",
+                           timeout=self.TIMEOUT)
+        return orjson.loads(response.data)
+
+    def stale_list(self, group: str, kind: str, namespace: str | None) -> bool:
+        """Whether listing a kind in ``namespace`` would call the API now (no fresh answer cached)."""
+        hit = self._lists.get((group, kind, namespace))
+        return hit is None or hit[0] <= time.monotonic()
 
     def cached_list(self, group: str, kind: str, namespace: str | None) -> list[dict] | None:
         """Only what is cached (the server's engine call, after ``prefetch``)."""

@@ -335,6 +335,7 @@ def _stored_under(request: Request, obj: Any) -> Request:
 
 def _context(request: Request, old: Any, objects: StaticLookup | None = None) -> RequestContext:
     return RequestContext(operation=request.operation or "CREATE", read_object=objects,
+                          list_objects=objects.list_objects if objects is not None else None,
                           namespace=request.namespace if request.namespace is not None else "default",
                           namespace_labels=dict(request.namespace_labels or {}),
                           username=request.username if request.username is not None else "alice",

@@ -23,7 +23,7 @@ from gpuguard.workloads.claims import ClaimSource, attach_claims
 from gpuguard.workloads.containers import Container, SparkContainer, container_gpus
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
-from gpuguard.workloads.kinds.spec import ReadObject, ServingGroup
+from gpuguard.workloads.kinds.spec import ListObjects, ReadObject, ServingGroup
 from gpuguard.workloads.paths import Path, Replaced, child_dict, child_list, dicts, dotted, get_path, set_int_field
 from gpuguard.workloads.rayserve import RayServe, read_demand
 from gpuguard.workloads.serving import SERVING_SHAPES, inherited_pod_fields, main_container, unread_claims
@@ -276,6 +276,9 @@ class WorkloadView:
     # Reads an object the workload names (group, kind, namespace, name) -> object or None: the request's
     # ``read_object`` (a PersistentVolumeClaim's access modes).  ``None``: nothing can be read.
     read_object: ReadObject | None = None
+    # Lists the objects of a kind in a namespace (group, kind, namespace) -> objects, or None where they can't be
+    # listed: the request's ``list_objects`` (the namespace's ResourceQuotas).  ``None``: nothing can be listed.
+    list_objects: ListObjects | None = None
 
     def extended(self, path: Path, before: int, after: int, users: bool | None = None) -> None:
         """Record items appended to a list the user wrote (``users``; by default: it had ``before`` items), not
@@ -366,6 +369,14 @@ class WorkloadView:
         gang = self.kind.gang
         path = getattr(gang, name, None) if gang is not None else None
         return get_path(self.obj, path) if isinstance(path, tuple) else None
+
+    def controller_gang_gap(self) -> str | None:
+        """Why the cluster's own controller of the kind would not gang this object where it runs with gangs
+        (``Gang.controller_gap``: the Job controller's WorkloadWithJob); ``None`` where it would."""
+        gang = self.kind.gang
+        if gang is None or gang.controller_gap is None:
+            return f"the cluster's own {self.kind.kind} controller makes no gang"
+        return gang.controller_gap(self.obj)
 
     def kind_priority_classes(self) -> Iterator[tuple[Path, str]]:
         """Priority classes the kind keeps outside its pod templates (Kubeflow runPolicy, Volcano spec)."""

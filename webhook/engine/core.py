@@ -409,6 +409,7 @@ class Engine:
                           decision.namespace, self.claims, refs)
         view.inventory = self.inventory
         view.read_object = ctx.read_object  # a claim's access modes (the webhook: cached, read before the review)
+        view.list_objects = ctx.list_objects  # the namespace's ResourceQuotas (the webhook: cached, listed before)
         decision.workload_class = workload_class
         decision.gpus = view.total_gpus
         decision.gpus_by_resource = view.gpus_by_resource()

@@ -8,11 +8,11 @@ that flag, as its own user ``system:kube-controller-manager``: both identities a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from gpuguard.workloads.kinds.spec import Creates, Gang, JobFields, KindSpec, Operator, TemplateRef, VolumeClaims
 from gpuguard.workloads.kinds.templates import job_replicas, template_at
-from gpuguard.workloads.paths import get_path
+from gpuguard.workloads.paths import Path, get_path
 
 KCM_USER = "system:kube-controller-manager"
 
@@ -54,13 +54,33 @@ def _cronjob(obj: dict) -> Iterator[TemplateRef]:
                       job_replicas(get_path(obj, _JOB_TEMPLATE)))
 
 
+def _job_controller_gap(job_spec_path: Path) -> Callable[[dict], str | None]:
+    """Why kube-controller-manager's Job controller (1.36+, WorkloadWithJob) would not make a gang of the Job at
+    ``job_spec_path``: it does only for an Indexed Job whose ``parallelism`` (above 1) equals its ``completions``
+    (``pkg/controller/job/util.IsGangSchedulingCandidate``); ``None`` where it would."""
+
+    def gap(obj: dict) -> str | None:
+        spec = get_path(obj, job_spec_path)
+        spec = spec if isinstance(spec, dict) else {}
+        parallelism, completions = spec.get("parallelism", 1), spec.get("completions")
+        if spec.get("completionMode") != "Indexed":
+            return "completionMode is not Indexed"
+        if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism <= 1:
+            return "parallelism is not above 1"
+        if completions != parallelism:
+            return f"completions ({completions}) differ from parallelism ({parallelism})"
+        return None
+
+    return gap
+
+
 POD = KindSpec("", "Pod", "pods", ("v1",), "training", _pod,
                JobFields(deadline=("spec", "activeDeadlineSeconds")), immutable=(("spec",),),
                pod_spec_paths=(("spec",),))
 JOB = KindSpec("batch", "Job", "jobs", ("v1",), "training", _job,
                JobFields(ttl=("spec", "ttlSecondsAfterFinished"), deadline=("spec", "activeDeadlineSeconds"),
                          backoff=("spec", "backoffLimit"), backoff_api_default=6),
-               gang=Gang(), immutable=(("spec", "template"),),
+               gang=Gang(controller_gap=_job_controller_gap(("spec",))), immutable=(("spec", "template"),),
                pod_spec_paths=_SPEC_TEMPLATE, controllers=(Creates(JOB_CONTROLLER, ("Pod",)),))
 CRONJOB = KindSpec("batch", "CronJob", "cronjobs", ("v1",), "training", _cronjob,
                    JobFields(ttl=_JOB_TEMPLATE + ("ttlSecondsAfterFinished",),
@@ -68,7 +88,8 @@ CRONJOB = KindSpec("batch", "CronJob", "cronjobs", ("v1",), "training", _cronjob
                              # Unlike a Job's, a CronJob's job template is not defaulted before admission: an
                              # explicit backoffLimit: 6 is the user's.
                              backoff=_JOB_TEMPLATE + ("backoffLimit",)),
-                   gang=Gang(), pod_spec_paths=(_JOB_TEMPLATE + ("template", "spec"),),
+                   gang=Gang(controller_gap=_job_controller_gap(_JOB_TEMPLATE)),
+                   pod_spec_paths=(_JOB_TEMPLATE + ("template", "spec"),),
                    controllers=(Creates(CRONJOB_CONTROLLER, ("batch/Job",)),))
 DEPLOYMENT = KindSpec("apps", "Deployment", "deployments", ("v1",), "inference",
                       template_at(("spec",), ("spec", "replicas")), scale_replicas=("spec", "replicas"),

@@ -113,6 +113,12 @@ class Gang:
     # A scheduler with a pod grouper (NVIDIA KAI) gangs this kind's pods by itself, all replicas in one PodGroup
     # (Kubeflow jobs, JobSet); a kind without it (a plain Job) gets a PodGroup of one.
     pod_grouped: bool = False
+    # The cluster's own controller of the kind gangs an object by itself where the cluster runs it so (Kubernetes
+    # 1.36+: kube-controller-manager's Job controller with the WorkloadWithJob gate makes a Workload and a PodGroup
+    # for an Indexed Job whose parallelism equals its completions).  ``controller_gap(object)`` says why that
+    # controller would not gang this object (``None``: it would).  Counted only where the admin says the gate is on
+    # (gang-scheduling's ``jobControllerGangs``): the object can't show it.
+    controller_gap: Callable[[dict], str | None] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from gpuguard.webhook.config import load_config
 from gpuguard.webhook.decision import RequestContext, unresolved_as_finding
 from gpuguard.webhook.engine.core import MUTATED_BY_ANNOTATION, Engine
 from gpuguard.webhook.main import main
-from gpuguard.webhook.objects import READABLE, READABLE_CORE, ApiLookup, StaticLookup
+from gpuguard.webhook.objects import LISTABLE_CORE, READABLE, READABLE_CORE, ApiLookup, StaticLookup
 from gpuguard.webhook.server import metrics
 from gpuguard.workloads import claims
 from gpuguard.workloads.claims import StaticClaims
@@ -198,7 +198,7 @@ class _ObjectsApi:
         return {"items": self._listed(group, plural, None)}
 
     def _listed(self, group: str, plural: str, namespace: str | None) -> list[dict]:
-        return [obj for (g, kind), (_, p) in READABLE.items() if g == group and p == plural
+        return [obj for (g, kind), (_, p) in {**READABLE, **LISTABLE_CORE}.items() if g == group and p == plural
                 for obj in self._objects.list_objects(g, kind, namespace)]
 
     def _found(self, group: str, plural: str, namespace: str | None, name: str) -> dict:

@@ -182,6 +182,7 @@ def test_rbac_is_least_privilege() -> None:
     rules = [r for r in role["rules"] if r["verbs"] != ["get"]]
     assert sorted(rules, key=lambda r: r["apiGroups"]) == [
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list"]},  # namespace-quota's hard limits
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},  # the node inventory
         {"apiGroups": ["admissionregistration.k8s.io"],
          "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],

@@ -238,7 +238,7 @@ def _audit_files(args: argparse.Namespace, engine: Any, prices: cost.Prices, lab
     """
     from gpuguard.webhook import manifests
     from gpuguard.webhook.cli.audit.run import evaluate_all, file_context
-    from gpuguard.webhook.objects import READABLE, READABLE_CORE, ApiLookup, FirstFound, StaticLookup
+    from gpuguard.webhook.objects import LISTABLE_CORE, READABLE, READABLE_CORE, ApiLookup, FirstFound, StaticLookup
     from gpuguard.workloads.claims import CLAIM_MAKERS, PLURALS, StaticClaims
     from gpuguard.workloads.inventory import device_classes
 
@@ -246,7 +246,7 @@ def _audit_files(args: argparse.Namespace, engine: Any, prices: cost.Prices, lab
     task = progress.add_task("Auditing manifests", total=None, objects=0) if progress else None
     default_ns = args.namespace or "default"
     ignored = 0
-    named_kinds = tuple(kind for _group, kind in (*READABLE, *READABLE_CORE)) + tuple(PLURALS) \
+    named_kinds = tuple(kind for _group, kind in (*READABLE, *READABLE_CORE, *LISTABLE_CORE)) + tuple(PLURALS) \
         + tuple(k for _g, k in CLAIM_MAKERS) + ("DeviceClass",)
     stdin = manifests.StdinText()
 

@@ -213,7 +213,8 @@ def file_context(obj: dict | None, default_namespace: str | None,
     if not isinstance(namespace, str) or not namespace:
         namespace = default_namespace
     return RequestContext(operation="CREATE", namespace=namespace,
-                          namespace_labels=dict(namespace_labels or {}), read_object=lookup)
+                          namespace_labels=dict(namespace_labels or {}), read_object=lookup,
+                          list_objects=getattr(lookup, "list_objects", None))  # the namespace's ResourceQuotas
 
 
 def _counter() -> dict[str, int]:
