@@ -164,9 +164,11 @@ def _compute_share(template: PodTemplate, inventory: Inventory, reserve: Size, r
             if devices <= 0:
                 return None
             for x in NODE_RESOURCES:
-                if x in candidate.smallest:
-                    amount = max(Decimal(0), candidate.smallest[x] - kept[x]) / devices
-                    per_unit[x] = min(per_unit.get(x, amount), amount)
+                # A node that lists no such resource has none to give: kube-scheduler finds any request of it
+                # "Insufficient", so the default is left unset rather than be why the pod pends.
+                left = candidate.smallest[x] - kept[x] if x in candidate.smallest else Decimal(0)
+                amount = max(Decimal(0), left) / devices
+                per_unit[x] = min(per_unit.get(x, amount), amount)
         share[resource] = per_unit
     return share, group
 
@@ -206,11 +208,12 @@ def _size_container(container: Container, template: PodTemplate, settings: Setti
         flat = settings.non_gpu
         cpu, memory, disk = (_scaled(flat.cpu, 1), _scaled(flat.memory, 1), _scaled(flat.ephemeral_storage, 1))
     changed = False
-    if cpu is not None:
+    # Nothing of a resource left on the nodes it may land on (None or 0): no default of it.
+    if cpu:
         changed |= _fill(container, "cpu", cpu, 1.0 if settings.set_cpu_limit else None, _cpu)
-    if memory is not None:
+    if memory:
         changed |= _fill(container, "memory", memory, memory_factor, _bytes)
-    if disk is not None:
+    if disk:
         changed |= _fill(container, "ephemeral-storage", disk, settings.ephemeral_storage_limit_factor, _bytes)
     return changed
 

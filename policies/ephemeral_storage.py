@@ -11,11 +11,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpuguard.policies.base import Action, Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
-from gpuguard.workloads.view import WorkloadView
+from gpuguard.workloads.view import PodTemplate, WorkloadView
 
 
 class Settings(PolicySettings):
     action: Action = "warn"
+
+
+def _nodes_list_no_disk(view: WorkloadView, template: PodTemplate) -> bool:
+    """The nodes the pod may land on list no ephemeral-storage (read from the cluster): kube-scheduler finds any
+    request of it "Insufficient" there, and a limit defaults the request, so asking for one would make it pend."""
+    resources = sorted(r for r in template.effective_gpus if "/" in r)
+    if not resources or not view.inventory.known:
+        return False
+    groups = view.inventory.eligible(resources)
+    return bool(groups) and all(g.shape_known and "ephemeral-storage" not in g.smallest for g in groups)
 
 
 def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
@@ -28,7 +38,8 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
         for container in template.containers:
             if container.settable is not None and "ephemeral-storage" not in container.settable:
                 continue  # the kind has no field for it (Spark)
-            if container.resource_value("limits", "ephemeral-storage") is None:
+            if container.resource_value("limits", "ephemeral-storage") is None and not _nodes_list_no_disk(view,
+                                                                                                        template):
                 yield Finding(container.path, "no ephemeral-storage limit: logs, caches and the writable layer can "
                               "fill the node's disk and evict its GPU pods",
                               "set resources.limits.ephemeral-storage", container.name)
