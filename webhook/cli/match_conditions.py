@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuguard.policies.base import CpuScope
+from gpuguard.workloads.accelerators import NOT_ACCELERATORS
 from gpuguard.workloads.controllers import GroupKind
 from gpuguard.workloads.kinds import KINDS, KindSpec, PathPattern, lookup_group_kind
 
@@ -90,6 +91,18 @@ def accelerator_test(patterns: Iterable[str], var: str) -> str:
     return " || ".join(terms) if terms else "false"
 
 
+def may_be_accelerator_test(not_accelerators: Sequence[str], var: str) -> str:
+    """CEL: resource name ``var`` may be an accelerator by its structure (``accelerators.may_be_accelerator``):
+    a vendor-domain name (``vendor.example/device``) outside Kubernetes' own domains and not on the list of what
+    is never one.  What the cluster's nodes or DeviceClasses add (a vendor's NPU no profile names) reaches the
+    webhook without rendering it again; what is not one only costs a review.  ``cpu``, ``memory`` and
+    ``hugepages-*`` fail the first, cheapest test."""
+    never = "|".join(_glob_regex(p) for p in not_accelerators) or "$^"
+    return (f"{var}.contains('/') && {var}.matches({_lit('^[^/]*[.][^/]*/.+$')}) && "
+            f"!{var}.matches({_lit('^([^/]*[.])?(kubernetes[.]io|k8s[.]io)/')}) && "
+            f"!{var}.matches({_lit('(?i)^(' + never + ')$')})")
+
+
 def _optional(var: str, steps: tuple[str, ...], default: str) -> str:
     """CEL: the value at ``steps`` below ``var``, or ``default`` when any step is missing.
 
@@ -119,13 +132,17 @@ def pod_specs(var: str, pattern: PathPattern) -> str:
     return f"{_optional(var, prefix, '{}')}.map(k, {_optional(f'{base}[k]', suffix, 'null')})"
 
 
-def spec_test(patterns: Iterable[str], classes: list[str]) -> str:
+def spec_test(patterns: Iterable[str], classes: list[str], open_world: Sequence[str] | None = None) -> str:
     """CEL on pod spec ``s``: DRA resource claims, or a container or init container whose limits name an
     accelerator (limits alone are enough: Kubernetes refuses an extended resource requested without
-    a limit, accelerators can't be overcommitted); or a priority class a policy reserves."""
+    a limit, accelerators can't be overcommitted) or, with ``open_world`` (what is never an accelerator), may be
+    one by structure; or a priority class a policy reserves."""
+    test = accelerator_test(patterns, "r")
+    if open_world is not None:
+        test = f"{test} || ({may_be_accelerator_test(open_world, 'r')})"
     terms = ["s.?resourceClaims.orValue([]).size() > 0",
              "(s.?containers.orValue([]) + s.?initContainers.orValue([])).exists(c, "
-             f"c.?resources.?limits.orValue({{}}).exists(r, {accelerator_test(patterns, 'r')}))"]
+             f"c.?resources.?limits.orValue({{}}).exists(r, {test}))"]
     if classes:
         terms.append(f"s.?priorityClassName.orValue('') in {_list(classes)}")
     return " || ".join(terms)
@@ -152,7 +169,8 @@ def _request_key(kinds: Sequence[KindSpec]) -> tuple[str, Any]:
 
 
 def build_match_conditions(patterns: Iterable[str], scope: CpuScope = _ACCELERATORS_ONLY,
-                           kinds: Iterable[KindSpec] = KINDS) -> list[dict[str, str]]:
+                           kinds: Iterable[KindSpec] = KINDS,
+                           open_world: Sequence[str] | None = None) -> list[dict[str, str]]:
     """The accelerator condition for a webhook whose rules cover ``kinds``; ``[]`` (send everything) when a
     policy needs every object or no kind says where its pod specs are.
 
@@ -191,7 +209,7 @@ def build_match_conditions(patterns: Iterable[str], scope: CpuScope = _ACCELERAT
         for paths, keys in reversed(grouped.items()):
             specs = " + ".join(pod_specs("o", path) for path in paths)
             chain = f"(rk in {_list(keys)}) ? {specs} : {chain}"
-    per_object = [f"({chain}).exists(s, s != null && ({spec_test(patterns, classes)}))"]
+    per_object = [f"({chain}).exists(s, s != null && ({spec_test(patterns, classes, open_world)}))"]
     if classes:
         per_object += [f"{_optional('o', path, chr(39) * 2)} in {_list(classes)}" for path in sorted(object_paths)]
     objects = f"[object, oldObject].exists(o, o != null && ({' || '.join(per_object)}))"
@@ -305,13 +323,16 @@ class Filters:
     scope: CpuScope = _ACCELERATORS_ONLY
     controller_users: tuple[str, ...] = ()
     controller_creates: tuple[ControllerEdge, ...] = ()
+    # What is never an accelerator, when resources the cluster may add are let through by structure (the config
+    # learns accelerators from nodes); ``None``: the profiles' names only.
+    open_world: tuple[str, ...] | None = None
 
     def conditions_for(self, kinds: Sequence[KindSpec]) -> list[dict[str, str]]:
         """One merged condition for a webhook whose rules cover exactly ``kinds``."""
         kinds = tuple(kinds)
         mine = {k.api_group_kind for k in kinds}
         creates = [edge for edge in self.controller_creates if edge[2] in mine]
-        accelerators = build_match_conditions(self.patterns, self.scope, kinds)
+        accelerators = build_match_conditions(self.patterns, self.scope, kinds, self.open_world)
         return merge([*blast_radius_conditions(self.controller_users, creates, kinds), *accelerators])
 
 
@@ -319,6 +340,9 @@ def filters_from(config: Any) -> Filters:
     """The filters for a compiled config: its accelerator resources, its policies' CPU needs, its
     trusted controllers (their creates only while ``trustControllerPods`` is on)."""
     controllers = config.controllers
+    inventory = config.inventory
+    open_world = (NOT_ACCELERATORS + tuple(inventory.not_accelerators)) if inventory.learn_accelerators else None
     return Filters(patterns=tuple(config.accelerators.resource_patterns()), scope=cpu_scope(config),
                    controller_users=tuple(sorted(controllers.users())),
-                   controller_creates=tuple(controllers.left_alone()) if config.trust_controller_pods else ())
+                   controller_creates=tuple(controllers.left_alone()) if config.trust_controller_pods else (),
+                   open_world=open_world)

@@ -49,7 +49,9 @@ def test_every_webhook_of_the_default_config_has_one_compact_deterministic_condi
                 assert f"'{other.plural}/{other.group}'" not in expression
         if any(k.pod_spec_paths for k in kinds):
             assert expression.count(".startsWith('nvidia.com/mig-')") == 1, "the accelerator test is written once"
-            assert ".matches(" not in expression, "exact names and prefixes need no regex"
+            # Exact names and prefixes need no regex; the open-world test runs its regexes only on vendor names none
+            # of them matched, after its cheapest test (a CPU pod's cpu and memory have no '/').
+            assert expression.count(".matches(") == 3 and expression.count("r.contains('/') && r.matches(") == 1
             for fragment in ("oldObject", "resourceClaims", "initContainers", "'inference-critical'"):
                 assert fragment in expression
     core = mutating["webhooks"][0]["matchConditions"][0]["expression"]
@@ -156,3 +158,37 @@ def test_cli_says_why_it_emits_no_conditions(tmp_path):
                                      "reaches the webhook: job-ttl is configured to act on CPU objects")
     shipped = run_cli("webhook-config", "--service", "gpuguard/gpuguard")
     assert shipped.returncode == 0 and "matchConditions" in shipped.stdout and shipped.stderr == ""
+
+
+NAMES = ["nvidia.com/gpu", "acme.ai/npu", "huawei.com/Ascend910B", "example.com/accel", "cpu", "memory",
+         "hugepages-2Mi", "ephemeral-storage", "kubernetes.io/batch", "foo.kubernetes.io/x", "k8s.io/thing",
+         "rdma/hca_shared_devices_a", "nvidia.com/rdma_shared_device_a", "intel.com/intel_sriov_netdevice",
+         "vpc.amazonaws.com/pod-eni", "vpc.amazonaws.com/efa", "smarter-devices/fuse", "Intel.com/SGX_epc",
+         "gpu.intel.com/millicores", "gpu.intel.com/i915", "nodomain/device", "acme.example/", "qat.intel.com/generic"]
+
+
+def _cel_matches(test: str, name: str) -> bool:
+    """The open-world test evaluated as CEL would (``matches`` is RE2's search, ``contains`` a substring test): its
+    three regexes and the ``'/'`` guard, read back from the expression."""
+    literals = [re.sub(r"\\\\", r"\\", lit) for lit in re.findall(r"matches\('((?:[^'\\]|\\.)*)'\)", test)]
+    assert len(literals) == 3, test
+    vendor, reserved, never = literals
+    return "/" in name and re.search(vendor, name) is not None and re.search(reserved, name) is None \
+        and re.search(never, name) is None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_open_world_test_agrees_with_what_may_be_an_accelerator(name: str) -> None:
+    from gpuguard.workloads.accelerators import NOT_ACCELERATORS, may_be_accelerator
+
+    test = mc.may_be_accelerator_test(NOT_ACCELERATORS + ("acme.ai/*",), "r")
+    assert _cel_matches(test, name) == may_be_accelerator(name, ("acme.ai/*",))
+
+
+def test_learned_resources_reach_the_webhook_unless_learning_is_off() -> None:
+    learning = mc.filters_from(load_config(None))
+    assert learning.open_world is not None and "*rdma*" in learning.open_world
+    off = mc.filters_from(parse_config_text("kind: GpuguardConfig\ninventory: {learnAccelerators: false}\n"))
+    assert off.open_world is None
+    (condition,) = off.conditions_for([k for k in KINDS if k.kind == "Job"])
+    assert ".matches(" not in condition["expression"]
