@@ -216,7 +216,8 @@ async def _judge(server: ServerState, endpoint: str, req: AdmissionRequest,
     """Gather what the engine reads (namespace labels, a runtime, a scaled workload) off the event loop, then
     answer in ``pool`` (the engine's threads): the event loop stays free for probes and other reviews."""
     labels = await server.namespace_labels(req)
-    if req.namespace and server.objects.stale_list("", "ResourceQuota", req.namespace):
+    if server.settings.reads_the_cluster and req.namespace and \
+            server.objects.stale_list("", "ResourceQuota", req.namespace):
         # namespace-quota reads the namespace's quotas: listed at most once per TTL, off the event loop
         await asyncio.to_thread(server.objects.list_objects, "", "ResourceQuota", req.namespace)
     try:

@@ -65,6 +65,13 @@ class ServeSettings:
     node_inventory: bool = False  # watch Nodes: the inventory behind affinity, sizing and schedulable
     nodepool_refresh: float = 30.0  # seconds between reads of Karpenter NodePools (with node_inventory)
 
+    @property
+    def reads_the_cluster(self) -> bool:
+        """Whether the server reads the cluster at all (a watch or lookups it was started with): only then does it
+        list what policies read per namespace (its ResourceQuotas), so a server without cluster access never
+        loads the API client for them."""
+        return self.namespace_labels or self.dra_claims or self.node_inventory
+
     def to_json(self) -> str:
         return orjson.dumps(dataclasses.asdict(self)).decode()
 

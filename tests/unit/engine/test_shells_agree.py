@@ -18,7 +18,7 @@ import copy
 import io
 import re
 from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +218,8 @@ def by_webhook(config: Path | None, obj: dict, objects: list[dict], tmp_path: Pa
     if not one_pass:
         server.one_pass = None
     client.app.state.server.objects = ApiLookup(api=_ObjectsApi(objects))
+    # As deployed (deploy/base: --dra-claims, --node-inventory): a server that reads the cluster lists quotas too.
+    server.settings = replace(server.settings, dra_claims=True)
     claims.set_shared(StaticClaims(objects, origin="the claim watch"))  # what the server's claim watch holds
     if nodes:  # what the server's node watch hands the engine (webhook/server/nodewatch.py)
         client.app.state.server.apply_nodes(suite.read_nodes(str(nodes)))
