@@ -91,16 +91,52 @@ def accelerator_test(patterns: Iterable[str], var: str) -> str:
     return " || ".join(terms) if terms else "false"
 
 
+def _glob_terms(patterns: Iterable[str], var: str) -> list[str]:
+    """CEL: ``var`` matches one of ``patterns`` (globs), as string tests where the glob allows (exact names one
+    ``in``, ``*x*`` a ``contains``, ``*x`` an ``endsWith``, ``x*`` a ``startsWith``), the rest one regex: a regex
+    costs the apiserver for its size on every evaluation of the condition (``bench/matchconditions.py``)."""
+    exact: list[str] = []
+    terms: list[str] = []
+    others: list[str] = []
+    for pattern in patterns:
+        lead, trail, core = pattern.startswith("*"), pattern.endswith("*"), pattern.strip("*")
+        if not core or any(c in core for c in "*?["):
+            others.append(pattern)
+        elif lead and trail:
+            terms.append(f"{var}.contains({_lit(core)})")
+        elif lead:
+            terms.append(f"{var}.endsWith({_lit(core)})")
+        elif trail:
+            terms.append(f"{var}.startsWith({_lit(core)})")
+        else:
+            exact.append(core)
+    if exact:
+        terms.insert(0, f"{var} in {_list(exact)}")
+    if others:
+        terms.append(f"{var}.matches({_lit('^(' + '|'.join(_glob_regex(p) for p in others) + ')$')})")
+    return terms
+
+
 def may_be_accelerator_test(not_accelerators: Sequence[str], var: str) -> str:
-    """CEL: resource name ``var`` may be an accelerator by its structure (``accelerators.may_be_accelerator``):
-    a vendor-domain name (``vendor.example/device``) outside Kubernetes' own domains and not on the list of what
-    is never one.  What the cluster's nodes or DeviceClasses add (a vendor's NPU no profile names) reaches the
-    webhook without rendering it again; what is not one only costs a review.  ``cpu``, ``memory`` and
-    ``hugepages-*`` fail the first, cheapest test."""
-    never = "|".join(_glob_regex(p) for p in not_accelerators) or "$^"
-    return (f"{var}.contains('/') && {var}.matches({_lit('^[^/]*[.][^/]*/.+$')}) && "
-            f"!{var}.matches({_lit('^([^/]*[.])?(kubernetes[.]io|k8s[.]io)/')}) && "
-            f"!{var}.matches({_lit('(?i)^(' + never + ')$')})")
+    """CEL: extended resource name ``var`` (it has a ``/``) may be an accelerator by its structure
+    (``accelerators.may_be_accelerator``): a vendor-domain name (``vendor.example/device``) outside Kubernetes'
+    own domains and not on the list of what is never one.  What the cluster's nodes or DeviceClasses add (a
+    vendor's NPU no profile names) reaches the webhook without rendering it again; what is not one only costs a
+    review.  The list is matched as written (the Python rule ignores case): a name in other case is let through."""
+    never = [*(f"{var}.{test}" for test in ("startsWith('kubernetes.io/')", "startsWith('k8s.io/')",
+                                            "contains('.kubernetes.io/')", "contains('.k8s.io/')")),
+             *_glob_terms(not_accelerators, var)]
+    return f"{var}.matches({_lit('^[^/]*[.][^/]*/.+$')}) && !({' || '.join(never)})"
+
+
+def limit_test(patterns: Iterable[str], open_world: Sequence[str] | None, var: str) -> str:
+    """CEL: limit name ``var`` is an accelerator's (the profiles' names) or, with ``open_world`` (what is never
+    one), may be one.  Only an extended resource has a ``/``: ``cpu``, ``memory`` and ``hugepages-*`` fail that
+    first, cheapest test and skip the rest (the regexes run only on vendor names the profiles' did not match)."""
+    test = accelerator_test(patterns, var)
+    if open_world is not None:
+        test = f"{test} || ({may_be_accelerator_test(open_world, var)})"
+    return f"{var}.contains('/') && ({test})"
 
 
 def _optional(var: str, steps: tuple[str, ...], default: str) -> str:
@@ -137,12 +173,9 @@ def spec_test(patterns: Iterable[str], classes: list[str], open_world: Sequence[
     accelerator (limits alone are enough: Kubernetes refuses an extended resource requested without
     a limit, accelerators can't be overcommitted) or, with ``open_world`` (what is never an accelerator), may be
     one by structure; or a priority class a policy reserves."""
-    test = accelerator_test(patterns, "r")
-    if open_world is not None:
-        test = f"{test} || ({may_be_accelerator_test(open_world, 'r')})"
     terms = ["s.?resourceClaims.orValue([]).size() > 0",
              "(s.?containers.orValue([]) + s.?initContainers.orValue([])).exists(c, "
-             f"c.?resources.?limits.orValue({{}}).exists(r, {test}))"]
+             f"c.?resources.?limits.orValue({{}}).exists(r, {limit_test(patterns, open_world, 'r')}))"]
     if classes:
         terms.append(f"s.?priorityClassName.orValue('') in {_list(classes)}")
     return " || ".join(terms)
