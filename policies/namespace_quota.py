@@ -82,7 +82,7 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     if not limits:
         return
     totals: dict[str, int] = {}
-    pods_of: dict[str, tuple[int, int]] = {}  # key -> (pods, per pod) of the templates asking it
+    pods_of: dict[str, int] = {}  # key -> the pods of the templates asking it
     for template, pods in view.running_templates():
         for key, per_pod in _per_pod(template).items():
             limit = limits.get(key)
@@ -94,14 +94,13 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                               f"({limit.hard}): no pod of it can ever be created", _fix(limit))
                 continue
             totals[key] = totals.get(key, 0) + per_pod * pods
-            seen_pods, seen_each = pods_of.get(key, (0, 0))
-            pods_of[key] = (seen_pods + pods, max(seen_each, per_pod))
+            pods_of[key] = pods_of.get(key, 0) + pods
     together = view.kind.gang is not None and view.pod_count() > 1
     for key, total in totals.items():
         limit = limits[key]
         if total <= limit.hard:
             continue
-        pods, _ = pods_of[key]
+        pods = pods_of[key]
         if together:
             yield Finding(("spec",), f"its {pods} pods must run together and ask {total} of {key} in all, more than "
                           f"ResourceQuota {limit.quota} allows in namespace {view.namespace} ({limit.hard}): the "
