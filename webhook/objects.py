@@ -162,13 +162,15 @@ class ApiLookup:
 
     def _core(self, api: Any, version: str, namespace: str, plural: str, name: str) -> Any:
         """A core object (``/api/v1/namespaces/NS/PLURAL/NAME``), read as JSON."""
+        return self._core_json(api, f"/api/{version}/namespaces/{namespace}/{plural}/{name}")
+
+    def _core_json(self, api: Any, path: str) -> Any:
+        """A GET of a core API path, parsed: the custom-objects client can only build ``/apis/{group}/...``."""
         import orjson
 
         from gpuguard.kubeapi.client import request
 
-        response = request(api.api_client, "GET", f"/api/{version}/namespaces/{namespace}/{plural}/{name}",
-                           timeout=self.TIMEOUT)
-        return orjson.loads(response.data)
+        return orjson.loads(request(api.api_client, "GET", path, timeout=self.TIMEOUT).data)
 
     def __call__(self, group: str, kind: str, namespace: str | None, name: str) -> dict | None:
         if (group, kind) not in READABLE and (group, kind) not in READABLE_CORE:
@@ -221,13 +223,7 @@ class ApiLookup:
         an ``api_client``, a stand-in, is asked as for a custom object of the core group)."""
         if getattr(api, "api_client", None) is None:
             return api.list_namespaced_custom_object("", version, namespace, plural, _request_timeout=self.TIMEOUT)
-        import orjson
-
-        from gpuguard.kubeapi.client import request
-
-        response = request(api.api_client, "GET", f"/api/{version}/namespaces/{namespace}/{plural}",
-                           timeout=self.TIMEOUT)
-        return orjson.loads(response.data)
+        return self._core_json(api, f"/api/{version}/namespaces/{namespace}/{plural}")
 
     def stale_list(self, group: str, kind: str, namespace: str | None) -> bool:
         """Whether listing a kind in ``namespace`` would call the API now (no fresh answer cached)."""

@@ -21,7 +21,7 @@ import yaml
 
 from tests.support.cluster.controlplane import ControlPlane
 from tests.support.cluster.fixtures import require_control_plane
-from tests.support.gpuguard_process import DEFAULT_CONFIG, GpuguardServer, gpuguard
+from tests.support.gpuguard_process import DEFAULT_CONFIG, GpuguardServer, gpuguard, server_identity
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,21 +66,6 @@ def _apply(cp: ControlPlane, obj: dict, *extra: str, user: str | None = USER):
     return cp.kubectl(*who, "apply", *extra, "-f", "-", input=yaml.safe_dump(obj), check=False)
 
 
-def _server_identity(cp: ControlPlane, workdir: Path) -> Path:
-    """gpuguard's ServiceAccount and ClusterRole from deploy/base, and a kubeconfig acting as it."""
-    cp.kubectl("create", "namespace", "gpuguard", check=False)
-    for name in ("serviceaccount.yaml", "rbac.yaml"):
-        cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / name))
-    token = cp.kubectl("create", "token", "gpuguard", "-n", "gpuguard", "--duration=2h").stdout.strip()
-    config = json.loads(cp.kubeconfig.read_text())
-    config["users"] = [{"name": "gpuguard", "user": {"token": token}}]
-    config["contexts"] = [{"name": "e2e", "context": {"cluster": "e2e", "user": "gpuguard"}}]
-    path = workdir / "gpuguard-kubeconfig"
-    path.write_text(json.dumps(config))
-    path.chmod(0o600)
-    return path
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[tuple[ControlPlane, str]]:
     require_control_plane()
@@ -106,7 +91,7 @@ def cluster(tmp_path_factory) -> Iterator[tuple[ControlPlane, str]]:
         config = DEFAULT_CONFIG.read_text().replace("  checkpoint-volume:\n    action: enforce",
                                                     "  checkpoint-volume:\n    action: \"off\"")
         assert "action: \"off\"" in config
-        server = GpuguardServer(workdir, config, kubeconfig=_server_identity(cp, workdir),
+        server = GpuguardServer(workdir, config, kubeconfig=server_identity(cp, workdir),
                                 extra_args=("--node-inventory", "--dra-claims", "--nodepool-refresh", "2"))
         server.start()
         try:

@@ -8,6 +8,7 @@ commands the docs give admins, so the e2e suite proves them too.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import ssl
 import subprocess
@@ -110,6 +111,22 @@ def in_force(cp: ControlPlane, workdir: Path, config_text: str, ready: Callable[
     finally:
         server.stop()
         print(f"\n[e2e] gpuguard log: {server.log}")
+
+
+def server_identity(cp: ControlPlane, workdir: Path) -> Path:
+    """gpuguard's ServiceAccount and ClusterRole from deploy/base, and a kubeconfig acting as it: the server reads
+    the cluster with the RBAC it ships with, not the admin's token."""
+    cp.kubectl("create", "namespace", "gpuguard", check=False)
+    for name in ("serviceaccount.yaml", "rbac.yaml"):
+        cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / name))
+    token = cp.kubectl("create", "token", "gpuguard", "-n", "gpuguard", "--duration=2h").stdout.strip()
+    config = json.loads(cp.kubeconfig.read_text())
+    config["users"] = [{"name": "gpuguard", "user": {"token": token}}]
+    config["contexts"] = [{"name": "e2e", "context": {"cluster": "e2e", "user": "gpuguard"}}]
+    path = workdir / "gpuguard-kubeconfig"
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
 
 
 def default_config_with(extra_exempt_namespace: str, grants: str = "inference, notebook") -> str:

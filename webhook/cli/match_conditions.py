@@ -65,32 +65,6 @@ def _glob_regex(pattern: str) -> str:
     return re.escape(pattern).replace(r"\*", ".*").replace(r"\?", ".")
 
 
-def accelerator_test(patterns: Iterable[str], var: str) -> str:
-    """CEL: resource name ``var`` matches one of the accelerator globs.
-
-    Exact names are one ``in`` test against a list, ``prefix*`` globs a ``startsWith`` each, and only
-    other globs a regex: the apiserver evaluates this for every container limit of every object the
-    rules send it, and a regex is the most expensive of the three.
-    """
-    exact: list[str] = []
-    terms: list[str] = []
-    others: list[str] = []
-    for pattern in patterns:
-        head = pattern[:-1] if pattern.endswith("*") else None
-        if not any(c in pattern for c in "*?["):
-            exact.append(pattern)
-        elif head is not None and not any(c in head for c in "*?["):
-            terms.append(f"{var}.startsWith({_lit(head)})")
-        else:
-            others.append(pattern)
-    if exact:
-        terms.insert(0, f"{var} in {_list(exact)}")
-    if others:
-        alternatives = "|".join(_glob_regex(p) for p in others)
-        terms.append(f"{var}.matches({_lit('^(' + alternatives + ')$')})")
-    return " || ".join(terms) if terms else "false"
-
-
 def _glob_terms(patterns: Iterable[str], var: str) -> list[str]:
     """CEL: ``var`` matches one of ``patterns`` (globs), as string tests where the glob allows (exact names one
     ``in``, ``*x*`` a ``contains``, ``*x`` an ``endsWith``, ``x*`` a ``startsWith``), the rest one regex: a regex
@@ -115,6 +89,13 @@ def _glob_terms(patterns: Iterable[str], var: str) -> list[str]:
     if others:
         terms.append(f"{var}.matches({_lit('^(' + '|'.join(_glob_regex(p) for p in others) + ')$')})")
     return terms
+
+
+def accelerator_test(patterns: Iterable[str], var: str) -> str:
+    """CEL: resource name ``var`` matches one of the accelerator globs, each as the cheapest test that matches it
+    (``_glob_terms``): the apiserver evaluates this for every container limit of every object the rules send it,
+    and a regex is the most expensive of them."""
+    return " || ".join(_glob_terms(patterns, var)) or "false"
 
 
 def may_be_accelerator_test(not_accelerators: Sequence[str], var: str) -> str:

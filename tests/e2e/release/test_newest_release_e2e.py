@@ -30,7 +30,7 @@ import yaml
 
 from tests.support.cluster.controlplane import K8S_VERSION, ControlPlane
 from tests.support.cluster.fixtures import require_control_plane
-from tests.support.gpuguard_process import DEFAULT_CONFIG, GpuguardServer
+from tests.support.gpuguard_process import DEFAULT_CONFIG, GpuguardServer, server_identity
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[3]
@@ -77,21 +77,6 @@ def _apply(cp: ControlPlane, obj: dict, *extra: str):
     return cp.kubectl(f"--as={USER}", "apply", *extra, "-f", "-", input=yaml.safe_dump(obj), check=False)
 
 
-def _server_identity(cp: ControlPlane, workdir: Path) -> Path:
-    """gpuguard's ServiceAccount and ClusterRole from deploy/base, and a kubeconfig acting as it."""
-    cp.kubectl("create", "namespace", "gpuguard", check=False)
-    for name in ("serviceaccount.yaml", "rbac.yaml"):
-        cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / name))
-    token = cp.kubectl("create", "token", "gpuguard", "-n", "gpuguard", "--duration=2h").stdout.strip()
-    config = json.loads(cp.kubeconfig.read_text())
-    config["users"] = [{"name": "gpuguard", "user": {"token": token}}]
-    config["contexts"] = [{"name": "e2e", "context": {"cluster": "e2e", "user": "gpuguard"}}]
-    path = workdir / "gpuguard-kubeconfig"
-    path.write_text(json.dumps(config))
-    path.chmod(0o600)
-    return path
-
-
 def _config() -> str:
     """The shipped default, with the admin's word that the Job controller gangs (its gate is on here); the Jobs
     here are about gangs, not checkpoints."""
@@ -124,7 +109,7 @@ def cluster(tmp_path_factory) -> Iterator[tuple[ControlPlane, str]]:
         ns = f"newest-{uuid.uuid4().hex[:8]}"
         cp.kubectl("create", "namespace", ns)
         cp.kubectl("create", "rolebinding", "alice-edit", "--clusterrole=edit", f"--user={USER}", "-n", ns)
-        server = GpuguardServer(workdir, _config(), kubeconfig=_server_identity(cp, workdir),
+        server = GpuguardServer(workdir, _config(), kubeconfig=server_identity(cp, workdir),
                                 extra_args=("--node-inventory", "--dra-claims", "--nodepool-refresh", "2"))
         server.start()
         try:
