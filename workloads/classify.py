@@ -44,6 +44,7 @@ from functools import lru_cache
 
 from gpuguard.workloads.kinds import KindSpec, TemplateRef
 from gpuguard.workloads.paths import dicts, get_path
+from gpuguard.workloads.shapes import shape_of
 from gpuguard.workloads.view import WORKLOAD_CLASS_LABEL, WORKLOAD_CLASSES
 
 TRAINING, INFERENCE, BATCH, NOTEBOOK, SMOKE = "training", "inference", "batch-inference", "notebook", "smoke-test"
@@ -235,7 +236,7 @@ def _containers(obj: dict, kind: KindSpec, refs: Sequence[TemplateRef] | None = 
         spec = get_path(obj, ref.spec_path)
         if not isinstance(spec, dict):
             continue
-        if ref.shape not in ("pod", "spark"):  # serving operators' shapes: the spec may be the container itself
+        if shape_of(ref).spec_is_container:  # serving operators' shapes: the spec may be the container itself
             yield _read(spec)
         for list_path in ref.container_lists:
             if list_path[-1] == "initContainers":

@@ -161,25 +161,28 @@ class InlineContainer(Container):
         return {"name": self.name, "image": self.image(), **body, "resources": self.body.get("resources") or {}}
 
 
-def main_container(obj: dict, spec_path: Path, shape: str, spec: dict, accelerators: Accelerators) -> Container:
-    """The main container of a serving template of ``shape`` (see ``TemplateRef.shape``) whose pod fields
-    are ``spec`` (at ``spec_path``)."""
-    if shape == "inline":
-        name = get_path(obj, ("metadata", "name"))
-        return InlineContainer(f"{name}-ctr" if isinstance(name, str) else "nim", spec, spec_path, accelerators)
-    if shape == "kubeai":
-        return _kubeai_container(spec, spec_path, accelerators)
-    if shape == "dynamo":
-        # spec_path is <service>.extraPodSpec; the service holds the shorthand and sharedMemory.
-        service = spec_path[:-1]
-        main = spec.get("mainContainer")
-        shm = get_path(obj, service + ("sharedMemory", "disabled"))
-        return ShorthandContainer("main", main if isinstance(main, dict) else {}, spec_path, obj,
-                                  {"requests": service + ("resources", "requests"),
-                                   "limits": service + ("resources", "limits")},
-                                  accelerators, operator_shm=shm is not True)
-    # vllm: spec_path is spec.deploymentConfig; one item serves as requests and limits.  The runtime has no
-    # volume fields, so /dev/shm can't be added there (operator_shm keeps shm-volume from writing any).
+def inline_container(obj: dict, spec_path: Path, spec: dict, accelerators: Accelerators) -> Container:
+    """A NIMService's one container: the spec is the pod and its container at once."""
+    name = get_path(obj, ("metadata", "name"))
+    return InlineContainer(f"{name}-ctr" if isinstance(name, str) else "nim", spec, spec_path, accelerators)
+
+
+def dynamo_container(obj: dict, spec_path: Path, spec: dict, accelerators: Accelerators) -> Container:
+    """A Dynamo service's main container: ``spec_path`` is <service>.extraPodSpec; the service holds the
+    resource shorthand and ``sharedMemory``."""
+    service = spec_path[:-1]
+    main = spec.get("mainContainer")
+    shm = get_path(obj, service + ("sharedMemory", "disabled"))
+    return ShorthandContainer("main", main if isinstance(main, dict) else {}, spec_path, obj,
+                              {"requests": service + ("resources", "requests"),
+                               "limits": service + ("resources", "limits")},
+                              accelerators, operator_shm=shm is not True)
+
+
+def vllm_container(obj: dict, spec_path: Path, spec: dict, accelerators: Accelerators) -> Container:
+    """A production-stack VLLMRuntime's server: ``spec_path`` is spec.deploymentConfig; one item serves as
+    requests and limits.  The runtime has no volume fields, so /dev/shm can't be added there (operator_shm keeps
+    shm-volume from writing any)."""
     image = spec.get("image")
     body: dict[str, Any] = {}
     if isinstance(image, dict) and isinstance(image.get("name"), str):
@@ -193,8 +196,6 @@ def main_container(obj: dict, spec_path: Path, shape: str, spec: dict, accelerat
                               operator_shm=True, key="vllm")
 
 
-# The ``TemplateRef.shape`` values this module adapts.
-SERVING_SHAPES = frozenset({"dynamo", "vllm", "inline", "kubeai"})
 # Pod fields a KubeAI resource profile gives its pods.
 KUBEAI_POD_FIELDS = ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "schedulerName")
 
@@ -263,7 +264,8 @@ class KubeAIContainer(Container):
         return {"name": self.name, "image": self.body.get("image"), "env": env, "resources": self._resources}
 
 
-def _kubeai_container(spec: dict, spec_path: Path, accelerators: Accelerators) -> Container:
+def kubeai_container(spec: dict, spec_path: Path, accelerators: Accelerators) -> Container:
+    """A KubeAI Model's server, sized by the resource profile it names."""
     resolved = kubeai_profile(spec, accelerators)
     resources: dict[str, dict] = {"requests": {}, "limits": {}}
     name = resolved[0] if resolved else ""
@@ -277,31 +279,32 @@ def _kubeai_container(spec: dict, spec_path: Path, accelerators: Accelerators) -
     return KubeAIContainer(body, spec_path, resources, name, accelerators)
 
 
-def inherited_pod_fields(shape: str, spec: dict, accelerators: Accelerators) -> dict[str, Any]:
-    """Pod fields a serving template takes from elsewhere (a KubeAI Model's profile): shown to policies in
-    the template, and put back by ``WorkloadView.settle`` where no policy changed them."""
-    if shape != "kubeai":
-        return {}
+def kubeai_pod_fields(spec: dict, accelerators: Accelerators) -> dict[str, Any]:
+    """Pod fields a KubeAI Model takes from its resource profile: shown to policies in the template, and put
+    back by ``WorkloadView.settle`` where no policy changed them."""
     resolved = kubeai_profile(spec, accelerators)
     profile = resolved[2] if resolved is not None else None
     return {k: profile[k] for k in KUBEAI_POD_FIELDS if profile and profile.get(k)}
 
 
-def unread_claims(shape: str, spec: dict, spec_path: Path, accelerators: Accelerators) -> list[tuple[Path, str]]:
-    """DRA devices a serving template asks for in a form gpuguard can't count: a NIMService's
-    ``draResources`` (claims the operator creates or names from them).  The engine refuses such a template
-    (what can't be judged is refused) unless the admin chose ``failureMode: open``."""
-    if shape == "kubeai":
-        resolved = kubeai_profile(spec, accelerators)
-        if resolved is not None and resolved[2] is None:
-            return [(spec_path + ("resourceProfile",), f"the KubeAI resource profile {resolved[0]!r} is not in "
-                     "gpuguard's kubeai.resourceProfiles, so the pods' resources can't be known; add it there as in "
-                     "the KubeAI config")]
-        if resolved is None and spec.get("resourceProfile") not in (None, ""):
-            return [(spec_path + ("resourceProfile",), "resourceProfile is not <profile>:<count>, so the pods' "
-                     "resources can't be known")]
-        return []
-    if shape == "inline" and spec.get("draResources"):
+def kubeai_unread(spec: dict, spec_path: Path, accelerators: Accelerators) -> list[tuple[Path, str]]:
+    """A KubeAI Model whose profile gpuguard can't read: its pods' resources can't be known."""
+    resolved = kubeai_profile(spec, accelerators)
+    if resolved is not None and resolved[2] is None:
+        return [(spec_path + ("resourceProfile",), f"the KubeAI resource profile {resolved[0]!r} is not in "
+                 "gpuguard's kubeai.resourceProfiles, so the pods' resources can't be known; add it there as in "
+                 "the KubeAI config")]
+    if resolved is None and spec.get("resourceProfile") not in (None, ""):
+        return [(spec_path + ("resourceProfile",), "resourceProfile is not <profile>:<count>, so the pods' "
+                 "resources can't be known")]
+    return []
+
+
+def nim_unread(spec: dict, spec_path: Path) -> list[tuple[Path, str]]:
+    """A NIMService's ``draResources`` (claims the operator creates or names from them): devices gpuguard can't
+    count.  The engine refuses such a template (what can't be judged is refused) unless the admin chose
+    ``failureMode: open``."""
+    if spec.get("draResources"):
         return [(spec_path + ("draResources",), "the devices of draResources (DRA claims the NIM Operator creates "
                  "or names) can't be counted from the NIMService; ask for GPUs in resources.limits instead, or an "
                  "admin may set failureMode: open")]

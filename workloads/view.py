@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 from gpuguard.workloads import quantity
 from gpuguard.workloads.accelerators import KAI_SHARE, Accelerators, Profile, kai_share
 from gpuguard.workloads.claims import ClaimSource, attach_claims
-from gpuguard.workloads.containers import Container, SparkContainer, container_gpus
+from gpuguard.workloads.containers import Container, container_gpus
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
 from gpuguard.workloads.kinds.spec import ListObjects, ReadObject, ServingGroup
 from gpuguard.workloads.paths import Path, Replaced, child_dict, child_list, dicts, dotted, get_path, set_int_field
 from gpuguard.workloads.rayserve import RayServe, read_demand
-from gpuguard.workloads.serving import SERVING_SHAPES, inherited_pod_fields, main_container, unread_claims
+from gpuguard.workloads.shapes import shape_of
 
 if TYPE_CHECKING:
     from gpuguard.workloads.lifecycle import ClassReading
@@ -157,7 +157,7 @@ class PodTemplate:
     @cached_property
     def _pod_level(self) -> dict[str, dict[str, Any]]:
         # An inline template's ``resources`` are its one container's (a NIMService), not the pod's.
-        res = self.spec.get("resources") if self.ref.shape != "inline" else None
+        res = self.spec.get("resources") if shape_of(self.ref).pod_level_resources else None
         out = {}
         for section in ("requests", "limits"):
             part = res.get(section) if isinstance(res, dict) else None
@@ -202,7 +202,7 @@ class PodTemplate:
     def adapted(self) -> bool:
         """The kind writes this pod its own way (Spark's role specs, Argo's container templates)."""
         ref = self.ref
-        return ref.shape != "pod" or ref.container_lists != POD_CONTAINER_LISTS or bool(ref.container_keys)
+        return shape_of(ref).adapted or ref.container_lists != POD_CONTAINER_LISTS or bool(ref.container_keys)
 
     def pod_spec(self) -> dict:
         """The PodSpec the pod will get, as far as gpuguard knows it: the template itself for most
@@ -551,13 +551,13 @@ def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_c
     namespace = namespace or _object_namespace(obj)
     created: list[tuple[dict, str]] = []
     for ref in kind.locate(obj) if refs is None else refs:
+        shape = shape_of(ref)
         spec = get_path(obj, ref.spec_path)
-        if spec is None and ref.shape == "dynamo":  # a service without extraPodSpec still has its GPUs
+        if spec is None:  # a Dynamo service without extraPodSpec still has its GPUs
+            spec = shape.spec_where_absent(obj, ref)
             parent, key = get_path(obj, ref.spec_path[:-1]), ref.spec_path[-1]
-            if isinstance(parent, dict) and isinstance(key, str):
-                spec = child_dict(parent, key)
-                if spec is not None:
-                    created.append((parent, key))
+            if spec is not None and isinstance(parent, dict) and isinstance(key, str):
+                created.append((parent, key))
         if not isinstance(spec, dict):
             continue
         containers = _containers(obj, ref, spec, accelerators)
@@ -571,15 +571,14 @@ def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_c
         if spec.get("resourceClaims"):
             attach_claims(template, namespace, accelerators, claims)
         _attach_kai_share(template, accelerators)
-        for key, value in inherited_pod_fields(ref.shape, spec, accelerators).items():
+        for key, value in shape.inherited_pod_fields(spec, accelerators).items():
             current = spec.get(key, _ABSENT)
             if _unset(current):  # a KubeAI profile's node selection and tolerations
                 spec[key] = copy.deepcopy(value)
                 inherited.append((template, key, value, current))
-        if ref.shape in SERVING_SHAPES:
-            unread = unread_claims(ref.shape, spec, ref.spec_path, accelerators)
-            template.unresolved_claims.extend(unread)
-            template.unjudged_claims.extend(unread)
+        unread = shape.unread_claims(spec, ref.spec_path, accelerators)
+        template.unresolved_claims.extend(unread)
+        template.unjudged_claims.extend(unread)
         templates.append(template)
     return WorkloadView(obj, kind, workload_class, templates, reading, accelerators, inherited,
                         namespace=namespace, created=created)
@@ -587,12 +586,9 @@ def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_c
 
 def _containers(obj: dict, ref: TemplateRef, spec: dict, accelerators: Accelerators) -> list[Container]:
     containers: list[Container] = []
-    if ref.shape in SERVING_SHAPES:  # a serving operator's own shape (gpuguard.workloads.serving)
-        containers.append(main_container(obj, ref.spec_path, ref.shape, spec, accelerators))
-    elif ref.shape == "spark":  # the driver/executor spec is the main container (gpuguard.workloads.containers)
-        app = get_path(obj, ref.spec_path[:-1])
-        containers.append(SparkContainer(ref.role, spec, ref.spec_path, app if isinstance(app, dict) else {},
-                                         accelerators))
+    main = shape_of(ref).main_container(obj, ref, spec, accelerators)  # gpuguard.workloads.shapes
+    if main is not None:
+        containers.append(main)
     for list_path in ref.container_lists:
         for i, body in dicts(spec.get(list_path[0]) if len(list_path) == 1 else get_path(spec, list_path)):
             gpus, profiles = container_gpus(body, accelerators)
