@@ -110,9 +110,14 @@ def _too_many_claimed(template: PodTemplate, inventory: Inventory) -> Finding | 
         if offer is None or any(have >= count for _, have in offer):
             continue
         group, most = max(offer, key=lambda pair: pair[1])
+        found = inventory.device_class(device_class)
+        required = found.requirements() if found is not None else ""
+        selected = f" that the class selects ({required})" if required else ""
+        fix = f"claim at most {most} per pod and add pods (workers) instead" if most else (
+            "claim a DeviceClass whose requirements the nodes' devices meet, or add nodes whose devices do")
         return Finding(template.spec_path, f"claims {count} devices of DeviceClass {device_class} per pod (DRA); the "
-                       f"most any node's ResourceSlices publish is {most} ({group.describe()}): it would pend forever",
-                       f"claim at most {most} per pod and add pods (workers) instead")
+                       f"most any node's ResourceSlices publish{selected} is {most} ({group.describe()}): it would "
+                       "pend forever", fix)
     return None
 
 

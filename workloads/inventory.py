@@ -35,6 +35,13 @@ INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/
 _PER_NODE = ("kubernetes.io/hostname",)
 KARPENTER_GROUP = "karpenter.sh"
 
+# (driver, ``type`` attribute, ``productName`` attribute) of DRA devices a node publishes: devices alike to a
+# DeviceClass selector gpuguard reads.
+DeviceKey = tuple[str, str | None, str | None]
+# The device attributes gpuguard keeps per device (every other attribute, a UUID say, would make each device its
+# own kind): what the vendors' DeviceClasses select whole devices and partitions by, and the product.
+DEVICE_FACTS = ("type", "productName")
+
 
 @dataclass(frozen=True)
 class Taint:
@@ -81,8 +88,14 @@ class NodeGroup:
     # Cordoned nodes (``spec.unschedulable``, a driver upgrade, a drain): they host nothing new now but come back,
     # so what only they can host is "not now", never "never".
     cordoned: bool = False
-    # DRA devices its largest node's ResourceSlices publish, per driver (nodes only; a pool's are unknown)
-    dra_devices: Mapping[str, int] = field(default_factory=dict)
+    # DRA devices its largest node's ResourceSlices publish, per (driver, type, product) (nodes only; a pool's are
+    # unknown), and the smallest memory such a device publishes (``capacity.memory``), where any does
+    dra_devices: Mapping[DeviceKey, int] = field(default_factory=dict)
+    dra_memory: Mapping[DeviceKey, Decimal] = field(default_factory=dict)
+
+    def dra_count(self, device_class: DeviceClass) -> int:
+        """The devices of ``device_class`` its largest node publishes (an upper bound: ``DeviceClass.selects``)."""
+        return sum(n for key, n in self.dra_devices.items() if device_class.selects(key, self.dra_memory.get(key)))
 
     def offers(self, resource: str) -> bool:
         """Whether the group has (or, with an unknown shape, may have) ``resource``."""
@@ -165,6 +178,28 @@ class DeviceClass:
     name: str
     extended_resource: str | None = None
     drivers: tuple[str, ...] = ()  # the DRA drivers its selectors name (``device.driver == "gpu.nvidia.com"``)
+    # Device attributes its selectors require, where gpuguard reads them exactly (``DEVICE_FACTS``): NVIDIA's
+    # ``gpu.nvidia.com`` class asks ``type == "gpu"`` and its ``mig.nvidia.com`` class ``type == "mig"``, both of
+    # one driver, so counting by driver alone would count a node's MIG partitions as whole GPUs.
+    requires: tuple[tuple[str, str], ...] = ()
+    min_memory: Decimal | None = None  # ``device.capacity[...].memory.compareTo(quantity("40Gi")) >= 0``
+
+    def requirements(self) -> str:
+        """What its selectors require beside the driver, as a message names it (``type == "gpu", memory >= 80Gi``)."""
+        parts = [f'{name} == "{value}"' for name, value in self.requires]
+        if self.min_memory is not None:
+            parts.append(f"memory >= {quantity.format_bytes(self.min_memory)}")
+        return ", ".join(parts)
+
+    def selects(self, device: DeviceKey, memory: Decimal | None) -> bool:
+        """Whether a device of ``device`` (driver, type, product) with ``memory`` may be one of this class's: its
+        driver named, the attributes read equal, and its memory (where published) enough.  Conditions gpuguard
+        can't read only narrow further, so a count of the devices it selects is an upper bound."""
+        driver, kind, product = device
+        facts = {"type": kind, "productName": product}
+        if driver not in self.drivers or any(facts.get(name) not in (None, value) for name, value in self.requires):
+            return False
+        return self.min_memory is None or memory is None or memory >= self.min_memory
 
 
 @dataclass(frozen=True)
@@ -238,14 +273,21 @@ class Inventory:
 
     def dra_offer(self, device_class: str) -> list[tuple[NodeGroup, int]] | None:
         """Per group, the devices of ``device_class`` the largest node's ResourceSlices publish (the devices of the
-        drivers its selectors name: an upper bound, as its other selectors only narrow them); ``None`` where that
+        drivers its selectors name with the attributes they require: an upper bound, as its other selectors only
+        narrow them); ``None`` where that
         is no evidence: a class unknown or naming no driver, no slice of its drivers on any node (not read, or
         the driver not running yet), or a pool whose nodes' devices nobody can know yet."""
-        found = next((c for c in self.device_classes if c.name == device_class), None)
+        found = self.device_class(device_class)
         if found is None or not found.drivers or any(g.source != "nodes" for g in self.groups):
             return None
-        offer = [(g, sum(g.dra_devices.get(d, 0) for d in found.drivers)) for g in self.groups]
-        return offer if any(n for _, n in offer) else None
+        offer = [(g, g.dra_count(found)) for g in self.groups]
+        # Devices of its drivers published somewhere: the slices are read, so a class whose requirements select
+        # none of them (a memory floor above every GPU's) is offered 0, which is evidence too.
+        published = any(key[0] in found.drivers for g in self.groups for key in g.dra_devices)
+        return offer if published else None
+
+    def device_class(self, name: str) -> DeviceClass | None:
+        return next((c for c in self.device_classes if c.name == name), None)
 
     def eligible(self, resources: Iterable[str]) -> list[NodeGroup]:
         """Groups and pools that offer every one of ``resources`` (extended resource names)."""
@@ -364,7 +406,8 @@ class _Acc:
     smallest: dict[str, Decimal]
     count: int = 1
     cordoned: bool = False
-    dra: dict[str, int] = field(default_factory=dict)
+    dra: dict[DeviceKey, int] = field(default_factory=dict)
+    dra_memory: dict[DeviceKey, Decimal] = field(default_factory=dict)
 
     def add(self, labels: Mapping[str, str], alloc: Mapping[str, Decimal]) -> None:
         self.count += 1
@@ -378,13 +421,14 @@ class _Acc:
     def freeze(self) -> NodeGroup:
         labels: dict[str, frozenset[str] | None] = {k: frozenset((v,)) for k, v in self.labels.items()}
         return NodeGroup(self.name, "nodes", labels, self.taints, dict(self.largest), dict(self.smallest),
-                         self.count, cordoned=self.cordoned, dra_devices=dict(self.dra))
+                         self.count, cordoned=self.cordoned, dra_devices=dict(self.dra),
+                         dra_memory=dict(self.dra_memory))
 
 
 def summarise_nodes(nodes: Iterable[Mapping[str, Any]],
-                    dra: Mapping[str, Mapping[str, int]] | None = None) -> tuple[list[NodeGroup], int]:
-    """Node objects -> groups (same accelerators, DRA devices per driver (``dra``: by node name), product, instance
-    type and taints), and the node count."""
+                    dra: Mapping[str, NodeDevices] | None = None) -> tuple[list[NodeGroup], int]:
+    """Node objects -> groups (same accelerators, DRA devices (``dra``: by node name), product, instance type and
+    taints), and the node count.  A node no product label names is named by its DRA devices' ``productName``."""
     groups: dict[tuple, _Acc] = {}
     total = 0
     for node in nodes:
@@ -399,18 +443,22 @@ def summarise_nodes(nodes: Iterable[Mapping[str, Any]],
         taints = _taints(spec.get("taints") if isinstance(spec, dict) else None)
         accel = tuple(sorted((k, v) for k, v in alloc.items() if "/" in k and v > 0))
         name = meta.get("name") if isinstance(meta, dict) else None
-        devices_by_driver = dict((dra or {}).get(name) or {}) if isinstance(name, str) else {}
-        product = _first(labels, PRODUCT_LABELS)
+        published = (dra or {}).get(name) if isinstance(name, str) else None
+        devices_by_key = dict(published.counts) if published else {}
+        product = _first(labels, PRODUCT_LABELS) or (published.product if published else None)
         itype = _first(labels, INSTANCE_TYPE_LABELS)
-        key = (accel, tuple(sorted(devices_by_driver.items())), product, itype, taints, cordoned)
+        key = (accel, tuple(sorted(devices_by_key.items(), key=repr)), product, itype, taints, cordoned)
         acc = groups.get(key)
         if acc is None:
             devices = [k for k, _ in accel if may_be_accelerator(k)]
-            group_name = product or itype or (devices[0] if devices else next(iter(sorted(devices_by_driver)), "cpu"))
+            drivers = sorted({d for d, _, _ in devices_by_key})
+            group_name = product or itype or (devices[0] if devices else next(iter(drivers), "cpu"))
             groups[key] = _Acc(group_name, dict(labels), taints, dict(alloc), dict(alloc), cordoned=cordoned,
-                               dra=devices_by_driver)
+                               dra=devices_by_key, dra_memory=dict(published.memory) if published else {})
         else:
             acc.add(labels, alloc)
+            for device, memory in (published.memory if published else {}).items():
+                acc.dra_memory[device] = min(acc.dra_memory.get(device, memory), memory)
     return [g.freeze() for g in groups.values()], total
 
 
@@ -473,54 +521,128 @@ def device_class(obj: Any) -> DeviceClass | None:
     selectors: list[Any] = raw_selectors if isinstance(raw_selectors, list) else []
     expressions = [str(_mapping(_mapping(selector).get("cel")).get("expression") or "") for selector in selectors]
     drivers = tuple(sorted({driver for expression in expressions for driver in _DRIVER.findall(expression)}))
-    return DeviceClass(name, mapped if isinstance(mapped, str) and "/" in mapped else None, drivers)
+    # Every selector must match, so what each requires is required; within one expression only a conjunction
+    # is read (an ``||`` or a negation could let other devices in).
+    exact = [e for e in expressions if "||" not in e and "!" not in e]
+    requires = tuple(sorted({(attr, value) for e in exact for attr, value in _ATTRIBUTE_EQUALS.findall(e)
+                             if attr in DEVICE_FACTS}))
+    floors = [m for e in exact for found in _MEMORY_AT_LEAST.findall(e) if (m := quantity.parse(found)) is not None]
+    return DeviceClass(name, mapped if isinstance(mapped, str) and "/" in mapped else None, drivers, requires,
+                       max(floors) if floors else None)
 
 
 _DRIVER = re.compile(r"""device\.driver\s*==\s*["']([^"']+)["']""")
+# ``device.attributes["gpu.nvidia.com"].type == "gpu"`` (the attribute's name and the value it must have)
+_ATTRIBUTE_EQUALS = re.compile(r"""device\.attributes\[\s*["'][^"']+["']\s*\]\.(\w+)\s*==\s*["']([^"']*)["']""")
+# ``device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0``
+_MEMORY_AT_LEAST = re.compile(r"""device\.capacity\[\s*["'][^"']+["']\s*\]\.memory\.compareTo\(\s*quantity\(\s*"""
+                              r"""["']([^"']+)["']\s*\)\s*\)\s*>=?\s*0""")
 
 
-def slice_entry(obj: Mapping[str, Any]) -> tuple[str, str, int] | None:
-    """The node, driver and device count of a ``resource.k8s.io`` ResourceSlice published for one node
-    (``spec.nodeName``); ``None`` for anything else.  Slices of devices reachable from several nodes
-    (``nodeSelector``, ``allNodes``, per-device node selection) belong to no one node's count."""
+@dataclass(frozen=True)
+class SliceEntry:
+    """What one ResourceSlice published for one node says: its devices counted by ``DeviceKey``, each with the
+    smallest memory one of them publishes (``None``: none says).  Small and comparable, so a watch keeps one per
+    slice, not the slice."""
+
+    node: str
+    devices: tuple[tuple[DeviceKey, int, Decimal | None], ...]
+
+
+@dataclass(frozen=True)
+class NodeDevices:
+    """A node's DRA devices over all its slices: counts per ``DeviceKey`` and the smallest memory of each."""
+
+    counts: Mapping[DeviceKey, int]
+    memory: Mapping[DeviceKey, Decimal]
+
+    def selected(self, device_class: DeviceClass) -> int:
+        """Its devices ``device_class`` may select (``DeviceClass.selects``)."""
+        return sum(n for key, n in self.counts.items() if device_class.selects(key, self.memory.get(key)))
+
+    @property
+    def product(self) -> str | None:
+        """The product its devices name (``productName``), as a label value would spell it (``NVIDIA-H100-80GB-HBM3``,
+        as GPU Feature Discovery writes ``nvidia.com/gpu.product``), so cost tables match either source."""
+        products = sorted({p for _, _, p in self.counts if p})
+        return products[0].replace(" ", "-") if products else None
+
+
+def slice_entry(obj: Mapping[str, Any]) -> SliceEntry | None:
+    """The devices of a ``resource.k8s.io`` ResourceSlice published for one node (``spec.nodeName``); ``None``
+    for anything else.  Slices of devices reachable from several nodes (``nodeSelector``, ``allNodes``, per-device
+    node selection) belong to no one node's count."""
     if obj.get("kind") != "ResourceSlice" or str(obj.get("apiVersion") or "").split("/")[0] != DRA_GROUP:
         return None
     spec = _mapping(obj.get("spec"))
     node, driver, devices = spec.get("nodeName"), spec.get("driver"), spec.get("devices")
-    if isinstance(node, str) and node and isinstance(driver, str) and driver and isinstance(devices, list):
-        return node, driver, sum(1 for d in devices if isinstance(d, dict))
-    return None
+    if not (isinstance(node, str) and node and isinstance(driver, str) and driver and isinstance(devices, list)):
+        return None
+    counts: dict[DeviceKey, int] = {}
+    memory: dict[DeviceKey, Decimal] = {}
+    for device in devices:
+        if not isinstance(device, dict):
+            continue
+        body = _mapping(device.get("basic")) or device  # v1beta1 keeps a device's facts under ``basic``
+        attributes = _mapping(body.get("attributes"))
+        key: DeviceKey = (driver, _attribute(attributes, "type"), _attribute(attributes, "productName"))
+        counts[key] = counts.get(key, 0) + 1
+        size = quantity.parse(_mapping(_qualified(_mapping(body.get("capacity")), "memory")).get("value"))
+        if size is not None:
+            memory[key] = min(memory.get(key, size), size)
+    return SliceEntry(node, tuple((key, n, memory.get(key)) for key, n in sorted(counts.items(), key=repr)))
 
 
-def slice_devices(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
-    """Devices per node and DRA driver, from ``resource.k8s.io`` ResourceSlices (those published for one node)."""
+def _qualified(values: Mapping[str, Any], name: str) -> Any:
+    """An attribute or capacity by its name, bare (the driver's own domain) or qualified (``gpu.nvidia.com/type``)."""
+    if name in values:
+        return values[name]
+    return next((v for k, v in values.items() if isinstance(k, str) and k.rsplit("/", 1)[-1] == name), None)
+
+
+def _attribute(attributes: Mapping[str, Any], name: str) -> str | None:
+    value = _mapping(_qualified(attributes, name))
+    found = next((value[t] for t in ("string", "version", "int", "bool") if t in value), None)
+    return None if found is None else str(found)
+
+
+def slice_devices(objects: Iterable[Mapping[str, Any]]) -> dict[str, NodeDevices]:
+    """DRA devices per node, from ``resource.k8s.io`` ResourceSlices (those published for one node)."""
     return count_slices(entry for obj in objects if (entry := slice_entry(obj)) is not None)
 
 
-def count_slices(entries: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int]]:
-    """Devices per node and driver from ``slice_entry`` records (devices published in several slices add up)."""
-    out: dict[str, dict[str, int]] = {}
-    for node, driver, count in entries:
-        per_node = out.setdefault(node, {})
-        per_node[driver] = per_node.get(driver, 0) + count
-    return out
+def count_slices(entries: Iterable[SliceEntry]) -> dict[str, NodeDevices]:
+    """Devices per node from ``slice_entry`` records (devices published in several slices add up)."""
+    counts: dict[str, dict[DeviceKey, int]] = {}
+    memory: dict[str, dict[DeviceKey, Decimal]] = {}
+    for entry in entries:
+        mine, sizes = counts.setdefault(entry.node, {}), memory.setdefault(entry.node, {})
+        for key, n, size in entry.devices:
+            mine[key] = mine.get(key, 0) + n
+            if size is not None:
+                sizes[key] = min(sizes.get(key, size), size)
+    return {node: NodeDevices(per_key, memory[node]) for node, per_key in counts.items()}
 
 
-def with_slice_devices(nodes: list[Mapping[str, Any]], slices: Mapping[str, Mapping[str, int]],
+def with_slice_devices(nodes: list[Mapping[str, Any]], slices: Mapping[str, NodeDevices],
                        classes: Iterable[DeviceClass]) -> list[Mapping[str, Any]]:
     """``nodes`` with the devices their ResourceSlices publish counted as the extended resource a DeviceClass maps
     them to (DRA extended resources, KEP-5004): a DRA-only node advertises no ``nvidia.com/gpu`` allocatable, yet
-    a pod asking ``nvidia.com/gpu`` is served by its driver's devices.  A node that advertises the resource itself
-    keeps its own count."""
-    resource_of = {driver: c.extended_resource for c in classes if c.extended_resource for driver in c.drivers}
+    a pod asking ``nvidia.com/gpu`` is served by its driver's devices, those the class selects (whole GPUs, not
+    their MIG partitions).  A node that advertises the resource itself keeps its own count."""
+    mapping = [(c.extended_resource, c) for c in classes if c.extended_resource is not None and c.drivers]
     out: list[Mapping[str, Any]] = []
     for node in nodes:
         name = _mapping(node.get("metadata")).get("name")
-        extra = {resource_of[driver]: count for driver, count in (slices.get(name) or {}).items()
-                 if driver in resource_of and count > 0} if isinstance(name, str) else {}
+        published = slices.get(name) if isinstance(name, str) else None
+        extra: dict[str, int] = {}
+        if published is not None:
+            for resource, found in mapping:
+                count = published.selected(found)
+                extra[resource] = max(extra.get(resource, 0), count)  # two classes of one name: the larger, not both
         status = _mapping(node.get("status"))
         allocatable = dict(_mapping(status.get("allocatable")))
-        extra = {r: n for r, n in extra.items() if not quantity.parse(allocatable.get(r) or 0)}
+        extra = {r: n for r, n in extra.items() if n > 0 and not quantity.parse(allocatable.get(r) or 0)}
         if not extra:
             out.append(node)
             continue
@@ -535,11 +657,10 @@ def device_classes(objects: Iterable[Any]) -> list[DeviceClass]:
 
 
 def from_objects(objects: Iterable[Any], pools: Iterable[NodeGroup] = (),
-                 slice_counts: Mapping[str, Mapping[str, int]] | None = None) -> Inventory:
+                 slice_entries: Iterable[SliceEntry] = ()) -> Inventory:
     """An inventory from Node, Karpenter NodePool, DRA DeviceClass and ResourceSlice objects (Lists unpacked) plus
-    declared pools; a node's ResourceSlices count as the extended resource a DeviceClass maps their driver to.
-    ``slice_counts`` (devices per node and driver) stands for slices already reduced to their counts, as the
-    server's watch keeps them."""
+    declared pools; a node's ResourceSlices count as the extended resource a DeviceClass maps their devices to.
+    ``slice_entries`` stands for slices already reduced (``slice_entry``), as the server's watch keeps them."""
     nodes: list[Mapping[str, Any]] = []
     extra: list[NodeGroup] = list(pools)
     classes: list[DeviceClass] = []
@@ -554,13 +675,9 @@ def from_objects(objects: Iterable[Any], pools: Iterable[NodeGroup] = (),
             slices.append(obj)
         elif (found := device_class(obj)) is not None:
             classes.append(found)
-    counts: dict[str, dict[str, int]] = {}
-    if slices or slice_counts:
-        counts = slice_devices(slices)
-        for node, per_driver in (slice_counts or {}).items():
-            mine = counts.setdefault(node, {})
-            for driver, count in per_driver.items():
-                mine[driver] = mine.get(driver, 0) + count
+    reduced = [entry for obj in slices if (entry := slice_entry(obj)) is not None]
+    counts = count_slices([*reduced, *slice_entries])
+    if counts:
         nodes = with_slice_devices(nodes, counts, classes)
     groups, total = summarise_nodes(nodes, counts)
     return Inventory(tuple(groups) + tuple(extra), total).with_device_classes(classes)

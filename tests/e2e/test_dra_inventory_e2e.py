@@ -143,3 +143,53 @@ def test_a_slice_the_driver_adds_is_seen_without_a_restart_and_the_audit_reads_t
     assert [v["policy"] for v in results["six-later"]["violations"] if v["policy"] == "schedulable"] == \
         ["schedulable"], results["six-later"]
     assert not [v for v in results["four"]["violations"] if v["policy"] == "schedulable"]
+
+
+NPU = "npu.example.org"
+
+
+def _typed_slice(node: str) -> dict:
+    """One board's slice: 2 whole NPUs and their 8 partitions, one driver, told apart by the ``type`` attribute
+    (qualified with the driver's domain on the partitions), each with its memory."""
+    whole = [{"name": f"npu-{i}", "basic": {"attributes": {"type": {"string": "whole"}},
+                                            "capacity": {"memory": {"value": "96Gi"}}}} for i in range(2)]
+    parts = [{"name": f"npu-{i // 4}-part-{i % 4}", "basic": {
+        "attributes": {f"{NPU}/type": {"string": "partition"}}, "capacity": {"memory": {"value": "24Gi"}}}}
+        for i in range(8)]
+    return {"apiVersion": DRA, "kind": "ResourceSlice", "metadata": {"name": f"{node}-{NPU}"},
+            "spec": {"driver": NPU, "nodeName": node, "pool": {"name": f"{node}-npu", "generation": 1,
+                                                               "resourceSliceCount": 1}, "devices": whole + parts}}
+
+
+def _typed_class(name: str, device_type: str) -> dict:
+    return {"apiVersion": DRA, "kind": "DeviceClass", "metadata": {"name": name}, "spec": {"selectors": [
+        {"cel": {"expression": f"device.driver == '{NPU}' && device.attributes['{NPU}'].type == '{device_type}'"}}]}}
+
+
+def _typed_template(ns: str, name: str, device_class: str, count: int) -> dict:
+    template = _template(ns, name, count)
+    template["spec"]["spec"]["devices"]["requests"][0]["deviceClassName"] = device_class
+    return template
+
+
+def test_devices_of_one_driver_count_for_the_class_whose_type_they_have(cluster) -> None:
+    """The slice's attributes as the apiserver stores them (v1beta1, under ``basic``) reach the watch: a claim of 4
+    whole NPUs is denied where the node publishes 2 whole and 8 partitions of one driver (not 10), and a claim of 8
+    partitions is admitted."""
+    cp, ns = cluster
+    for obj in (_typed_class("whole.npu.example.org", "whole"), _typed_class("part.npu.example.org", "partition"),
+                _typed_slice("dra-1")):
+        cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj))
+    for name, device_class, count in (("whole-4", "whole.npu.example.org", 4), ("part-8", "part.npu.example.org", 8)):
+        cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(_typed_template(ns, name, device_class, count)))
+    last: list[str] = []
+
+    def whole_denied() -> bool:
+        result = _apply(cp, _pod(ns, "npu-whole", "whole-4"), "--dry-run=server")
+        last[:] = [result.stderr]
+        return result.returncode != 0 and "whole.npu.example.org" in result.stderr
+
+    cp.wait_for(whole_denied, timeout=30, interval=0.5, message=f"the whole-NPU claim judged on the slice: {last}")
+    assert "the most any node's ResourceSlices publish that the class selects (type == \"whole\") is 2" in last[0]
+    admitted = _apply(cp, _pod(ns, "npu-parts", "part-8"))
+    assert admitted.returncode == 0, admitted.stderr

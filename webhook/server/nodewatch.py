@@ -40,7 +40,7 @@ from gpuguard.kubeapi.client import ApiError, custom_objects
 from gpuguard.kubeapi.watch import SERVER_PAGE_SIZE, ResourceWatch
 from gpuguard.workloads.claims import GROUP as DRA_GROUP
 from gpuguard.workloads.claims import VERSIONS as DRA_VERSIONS
-from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory, count_slices, from_objects, slice_entry
+from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory, SliceEntry, from_objects, slice_entry
 
 log = logging.getLogger("gpuguard.nodes")
 KARPENTER = ("karpenter.sh", "v1", "nodepools")
@@ -93,7 +93,7 @@ class NodeWatch:
         self._pool_refresh = pool_refresh
         self._pools: dict[str, dict] = {}
         self._classes: dict[str, dict] = {}  # DRA DeviceClasses, slimmed
-        self._slices: dict[str, tuple[str, str, int]] = {}  # ResourceSlice name -> (node, driver, devices)
+        self._slices: dict[str, SliceEntry] = {}  # ResourceSlice name -> its devices per node (bounded per slice)
         self._slice_watch: ResourceWatch | None = None
         self._slice_version: str | None = None
         self._slices_synced = False
@@ -192,7 +192,7 @@ class NodeWatch:
     def summarise(self) -> Inventory:
         """Summarise the cached nodes now and hand the inventory on."""
         inventory = from_objects([*self._nodes.values(), *self._pools.values(), *self._classes.values()],
-                                 slice_counts=count_slices(list(self._slices.values())))
+                                 slice_entries=list(self._slices.values()))
         self.inventory = inventory
         try:
             self._on_change(inventory)

@@ -179,6 +179,7 @@ def test_a_dra_only_cluster_counts_the_devices_its_resourceslices_publish() -> N
     each reduced to node, driver and count): 8 devices per node, published in two slices of 4."""
     from gpuguard.webhook.config import load_config
     from gpuguard.webhook.engine.core import Engine
+    from gpuguard.workloads.inventory import SliceEntry
 
     slices = [_slice(f"dra-{i}", part, 4) for i in range(3) for part in range(2)]
     seen: list[Any] = []
@@ -188,7 +189,8 @@ def test_a_dra_only_cluster_counts_the_devices_its_resourceslices_publish() -> N
             assert watch.complete
             asked = [c for c in server.calls if c.path == "/apis/resource.k8s.io/v1/resourceslices"]
             assert asked and asked[0].query["limit"] == str(PAGE)
-            assert all(len(entry) == 3 for entry in watch._slices.values())  # what is kept of a slice
+            # what is kept of a slice: its node and one count per kind of device, never the slice itself
+            assert all(isinstance(e, SliceEntry) and len(e.devices) == 1 for e in watch._slices.values())
             inventory = seen[-1]
             engine = Engine(load_config())
             engine.set_nodes(inventory)

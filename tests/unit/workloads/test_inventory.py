@@ -115,3 +115,56 @@ def test_resource_slices_count_as_the_extended_resource_their_device_class_maps(
         {"example.com/gpu": 8},  # a: two slices of 4
         {"amd.com/gpu": 4},  # b advertises its own 4: the slices don't replace it
         {}], key=str)  # c: its class maps no extended resource
+
+
+def _device_class(name: str, *expressions: str, extended: str | None = None) -> dict:
+    spec: dict = {"selectors": [{"cel": {"expression": e}} for e in expressions]}
+    if extended:
+        spec["extendedResourceName"] = extended
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
+
+
+def test_a_device_class_requires_only_what_a_conjunction_of_its_selectors_says_exactly():
+    from gpuguard.workloads.inventory import device_class
+
+    plain = device_class(_device_class("x", "device.driver == 'accel.example.dev'"))
+    typed = device_class(_device_class(
+        "y", 'device.driver == "accel.example.dev" && device.attributes["accel.example.dev"].type == "npu"',
+        "device.capacity['accel.example.dev'].memory.compareTo(quantity('64Gi')) >= 0"))
+    either = device_class(_device_class(
+        "z", "device.driver == 'accel.example.dev' && (device.attributes['accel.example.dev'].type == 'npu' || "
+        "device.attributes['accel.example.dev'].type == 'vnpu')"))
+    assert plain is not None and typed is not None and either is not None
+    assert plain.requires == () and plain.min_memory is None
+    assert typed.requires == (("type", "npu"),) and typed.min_memory == Decimal(64 * 2**30)
+    assert typed.requirements() == 'type == "npu", memory >= 64Gi'
+    assert either.requires == ()  # a disjunction lets other devices in: nothing is required
+    # Unknown conditions only narrow: a device without the attribute or its memory may still be one (upper bound).
+    assert typed.selects(("accel.example.dev", None, None), None)
+    assert not typed.selects(("accel.example.dev", "vnpu", None), None)
+    assert not typed.selects(("accel.example.dev", "npu", None), Decimal(32 * 2**30))
+    assert not typed.selects(("other.example.dev", "npu", None), None)
+
+
+def test_slices_are_read_in_every_served_shape_and_counted_per_kind_of_device():
+    from gpuguard.workloads.inventory import slice_devices
+
+    def device(name: str, kind: str, memory: str, qualified: bool = False, basic: bool = False) -> dict:
+        prefix = "accel.example.dev/" if qualified else ""
+        body = {"attributes": {f"{prefix}type": {"string": kind}, f"{prefix}productName": {"string": "Example X1"},
+                               "uuid": {"string": f"uuid-{name}"}},
+                "capacity": {f"{prefix}memory": {"value": memory}}}
+        return {"name": name, "basic": body} if basic else {"name": name, **body}
+
+    def slice_(name: str, version: str, devices: list) -> dict:
+        return {"apiVersion": f"resource.k8s.io/{version}", "kind": "ResourceSlice", "metadata": {"name": name},
+                "spec": {"driver": "accel.example.dev", "nodeName": "n1", "pool": {"name": "n1"}, "devices": devices}}
+
+    published = slice_devices([
+        slice_("a", "v1", [device("d0", "npu", "64Gi"), device("d1", "npu", "48Gi", qualified=True)]),
+        slice_("b", "v1beta1", [device("d2", "npu", "64Gi", basic=True), device("p0", "partition", "8Gi", basic=True)]),
+    ])["n1"]
+    whole, part = ("accel.example.dev", "npu", "Example X1"), ("accel.example.dev", "partition", "Example X1")
+    assert published.counts == {whole: 3, part: 1}  # a per-device uuid does not make every device its own kind
+    assert published.memory == {whole: Decimal(48 * 2**30), part: Decimal(8 * 2**30)}
+    assert published.product == "Example-X1"  # spelled as a product label value is

@@ -33,7 +33,7 @@ from gpuguard.workloads.claims import StaticClaims
 from gpuguard.workloads.inventory import (
     DeviceClass,
     Inventory,
-    count_slices,
+    SliceEntry,
     device_classes,
     from_objects,
     slice_entry,
@@ -253,16 +253,16 @@ class ClusterLister:
         for node in raw:
             node.setdefault("apiVersion", "v1")
             node.setdefault("kind", "Node")
-        return from_objects([*raw, *self.class_objects], slice_counts=self._slice_counts())
+        return from_objects([*raw, *self.class_objects], slice_entries=self._slice_entries())
 
-    def _slice_counts(self) -> dict[str, dict[str, int]]:
-        """Devices per node and driver that the DRA drivers' ResourceSlices publish (read after ``claims``,
+    def _slice_entries(self) -> list[SliceEntry]:
+        """The devices per node that the DRA drivers' ResourceSlices publish (read after ``claims``,
         which finds the served version): a node whose GPUs only a DRA driver serves counts them as the
         extended resource its DeviceClass maps them to (docs/inventory.md)."""
         from gpuguard.workloads.claims import GROUP
 
         if self.dra_version is None:
-            return {}
+            return []
         custom, version = custom_objects(self.api), self.dra_version
         try:
             listed = self._pages(lambda **kw: custom.list_cluster_custom_object(GROUP, version, "resourceslices", **kw))
@@ -270,8 +270,8 @@ class ClusterLister:
                 {**raw, "apiVersion": f"{GROUP}/{version}", "kind": "ResourceSlice"})) is not None]
         except ApiError as exc:
             self.notes.append(f"cannot list resourceslices ({_reason(exc)}): DRA devices are not counted on nodes")
-            return {}
-        return count_slices(entries)
+            return []
+        return entries
 
     def claims(self) -> StaticClaims:
         """DRA ResourceClaimTemplates and ResourceClaims in scope, to resolve pods' resourceClaims."""
