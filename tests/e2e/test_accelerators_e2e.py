@@ -16,10 +16,11 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from tests.support.cluster.controlplane import ControlPlane
+from tests.support.cluster.controlplane import K8S_VERSION, ControlPlane
 from tests.support.cluster.fixtures import require_control_plane
 from tests.support.gpuguard_process import DEFAULT_CONFIG, GpuguardServer, gpuguard
 
+K8S_MINOR = int(K8S_VERSION.lstrip("v").split(".")[1])
 pytestmark = pytest.mark.e2e
 
 GATES = {"DynamicResourceAllocation": True, "PodLevelResources": True}
@@ -204,16 +205,23 @@ def test_a_pod_with_pod_level_resources_is_accepted_within_its_budget(dra):
     assert stored["status"]["qosClass"] == "Guaranteed"
 
 
-def test_pod_level_resources_with_an_extended_resource_fail_on_1_33_for_the_users_field_only(cluster):
+def test_pod_level_resources_with_an_extended_resource_as_each_release_validates_them(cluster):
     """1.33's pod-level validation wants every container request covered at pod level, and an extended
-    resource can't be: the apiserver refuses the user's own GPU request, never anything gpuguard added."""
+    resource can't be: the apiserver refuses the user's own GPU request, never anything gpuguard added.  Later
+    releases (measured on 1.36) admit the pod: the user's pod-level budget is stored as written."""
     cp, _ = cluster
-    obj = pod(namespace(cp), "pod-level-gpu", {"nvidia.com/gpu": 1},
-              resources={"requests": {"cpu": "6", "memory": "48Gi"}, "limits": {"cpu": "6", "memory": "48Gi"}})
+    budget = {"requests": {"cpu": "6", "memory": "48Gi"}, "limits": {"cpu": "6", "memory": "48Gi"}}
+    obj = pod(namespace(cp), "pod-level-gpu", {"nvidia.com/gpu": 1}, resources=budget)
     result = cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj), check=False)
-    assert result.returncode != 0 and "spec.resources.requests[nvidia.com/gpu]" in result.stderr
-    for added in ("ephemeral-storage", "requests[cpu]", "requests[memory]"):
-        assert added not in result.stderr
+    if K8S_MINOR <= 33:
+        assert result.returncode != 0 and "spec.resources.requests[nvidia.com/gpu]" in result.stderr
+        for added in ("ephemeral-storage", "requests[cpu]", "requests[memory]"):
+            assert added not in result.stderr
+        return
+    assert result.returncode == 0, result.stderr
+    stored = cp.kubectl_json("get", "pod", "pod-level-gpu", "-n", obj["metadata"]["namespace"])
+    assert stored["spec"]["resources"] == budget
+    assert stored["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
 
 
 def test_audit_cluster_resolves_claims_from_the_cluster(dra):
