@@ -28,7 +28,7 @@ from gpuguard.webhook.config.schema import (
     ProfileMatch,
     TrustedController,
 )
-from gpuguard.webhook.config.yaml_lines import line_for, validation_error
+from gpuguard.webhook.config.yaml_lines import SAFE_LOADER, line_for, validation_error
 from gpuguard.webhook.custom.compile import CompiledRule, CustomPolicyError, CustomRules, compile_rules
 from gpuguard.workloads import kinds, knative
 from gpuguard.workloads.accelerators import AcceleratorError, Accelerators, ProfileSpec, merge_specs
@@ -245,7 +245,7 @@ def with_learned_accelerators(config: Config, inventory: Inventory) -> Config:
 @lru_cache(maxsize=1)
 def shipped_accelerators() -> tuple[dict[str, Any], ...]:
     """The ``accelerators`` list of the shipped default config: the profiles every config starts from."""
-    data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text(encoding="utf-8"))
+    data = yaml.load(DEFAULT_CONFIG_PATH.read_text(encoding="utf-8"), Loader=SAFE_LOADER)  # noqa: S506 - a safe loader
     return tuple(data.get("accelerators") or ())
 
 
