@@ -95,7 +95,7 @@ class NodeGroup:
 
     def dra_count(self, device_class: DeviceClass) -> int:
         """The devices of ``device_class`` its largest node publishes (an upper bound: ``DeviceClass.selects``)."""
-        return sum(n for key, n in self.dra_devices.items() if device_class.selects(key, self.dra_memory.get(key)))
+        return device_class.count(self.dra_devices, self.dra_memory)
 
     def offers(self, resource: str) -> bool:
         """Whether the group has (or, with an unknown shape, may have) ``resource``."""
@@ -190,6 +190,10 @@ class DeviceClass:
         if self.min_memory is not None:
             parts.append(f"memory >= {quantity.format_bytes(self.min_memory)}")
         return ", ".join(parts)
+
+    def count(self, devices: Mapping[DeviceKey, int], memory: Mapping[DeviceKey, Decimal]) -> int:
+        """How many of ``devices`` (counted per kind, with each kind's smallest ``memory``) it may select."""
+        return sum(n for key, n in devices.items() if self.selects(key, memory.get(key)))
 
     def selects(self, device: DeviceKey, memory: Decimal | None) -> bool:
         """Whether a device of ``device`` (driver, type, product) with ``memory`` may be one of this class's: its
@@ -523,19 +527,22 @@ def device_class(obj: Any) -> DeviceClass | None:
     drivers = tuple(sorted({driver for expression in expressions for driver in _DRIVER.findall(expression)}))
     # Every selector must match, so what each requires is required; within one expression only a conjunction
     # is read (an ``||`` or a negation could let other devices in).
+    # Only attributes in the domain of a driver it names are read (a driver's devices publish theirs bare or so
+    # qualified); another domain's attribute is one gpuguard doesn't keep, so it only narrows.
     exact = [e for e in expressions if "||" not in e and "!" not in e]
-    requires = tuple(sorted({(attr, value) for e in exact for attr, value in _ATTRIBUTE_EQUALS.findall(e)
-                             if attr in DEVICE_FACTS}))
-    floors = [m for e in exact for found in _MEMORY_AT_LEAST.findall(e) if (m := quantity.parse(found)) is not None]
+    requires = tuple(sorted({(attr, value) for e in exact for domain, attr, value in _ATTRIBUTE_EQUALS.findall(e)
+                             if attr in DEVICE_FACTS and domain in drivers}))
+    floors = [m for e in exact for domain, found in _MEMORY_AT_LEAST.findall(e)
+              if domain in drivers and (m := quantity.parse(found)) is not None]
     return DeviceClass(name, mapped if isinstance(mapped, str) and "/" in mapped else None, drivers, requires,
                        max(floors) if floors else None)
 
 
 _DRIVER = re.compile(r"""device\.driver\s*==\s*["']([^"']+)["']""")
 # ``device.attributes["gpu.nvidia.com"].type == "gpu"`` (the attribute's name and the value it must have)
-_ATTRIBUTE_EQUALS = re.compile(r"""device\.attributes\[\s*["'][^"']+["']\s*\]\.(\w+)\s*==\s*["']([^"']*)["']""")
+_ATTRIBUTE_EQUALS = re.compile(r"""device\.attributes\[\s*["']([^"']+)["']\s*\]\.(\w+)\s*==\s*["']([^"']*)["']""")
 # ``device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0``
-_MEMORY_AT_LEAST = re.compile(r"""device\.capacity\[\s*["'][^"']+["']\s*\]\.memory\.compareTo\(\s*quantity\(\s*"""
+_MEMORY_AT_LEAST = re.compile(r"""device\.capacity\[\s*["']([^"']+)["']\s*\]\.memory\.compareTo\(\s*quantity\(\s*"""
                               r"""["']([^"']+)["']\s*\)\s*\)\s*>=?\s*0""")
 
 
@@ -555,10 +562,6 @@ class NodeDevices:
 
     counts: Mapping[DeviceKey, int]
     memory: Mapping[DeviceKey, Decimal]
-
-    def selected(self, device_class: DeviceClass) -> int:
-        """Its devices ``device_class`` may select (``DeviceClass.selects``)."""
-        return sum(n for key, n in self.counts.items() if device_class.selects(key, self.memory.get(key)))
 
     @property
     def product(self) -> str | None:
@@ -585,23 +588,22 @@ def slice_entry(obj: Mapping[str, Any]) -> SliceEntry | None:
             continue
         body = _mapping(device.get("basic")) or device  # v1beta1 keeps a device's facts under ``basic``
         attributes = _mapping(body.get("attributes"))
-        key: DeviceKey = (driver, _attribute(attributes, "type"), _attribute(attributes, "productName"))
+        key: DeviceKey = (driver, _attribute(attributes, driver, "type"), _attribute(attributes, driver, "productName"))
         counts[key] = counts.get(key, 0) + 1
-        size = quantity.parse(_mapping(_qualified(_mapping(body.get("capacity")), "memory")).get("value"))
+        size = quantity.parse(_mapping(_qualified(_mapping(body.get("capacity")), driver, "memory")).get("value"))
         if size is not None:
             memory[key] = min(memory.get(key, size), size)
     return SliceEntry(node, tuple((key, n, memory.get(key)) for key, n in sorted(counts.items(), key=repr)))
 
 
-def _qualified(values: Mapping[str, Any], name: str) -> Any:
-    """An attribute or capacity by its name, bare (the driver's own domain) or qualified (``gpu.nvidia.com/type``)."""
-    if name in values:
-        return values[name]
-    return next((v for k, v in values.items() if isinstance(k, str) and k.rsplit("/", 1)[-1] == name), None)
+def _qualified(values: Mapping[str, Any], driver: str, name: str) -> Any:
+    """An attribute or capacity in the driver's own domain: bare (``type``) or qualified with it
+    (``gpu.nvidia.com/type``), as the API resolves a bare name (another domain's is another attribute)."""
+    return values[name] if name in values else values.get(f"{driver}/{name}")
 
 
-def _attribute(attributes: Mapping[str, Any], name: str) -> str | None:
-    value = _mapping(_qualified(attributes, name))
+def _attribute(attributes: Mapping[str, Any], driver: str, name: str) -> str | None:
+    value = _mapping(_qualified(attributes, driver, name))
     found = next((value[t] for t in ("string", "version", "int", "bool") if t in value), None)
     return None if found is None else str(found)
 
@@ -638,7 +640,7 @@ def with_slice_devices(nodes: list[Mapping[str, Any]], slices: Mapping[str, Node
         extra: dict[str, int] = {}
         if published is not None:
             for resource, found in mapping:
-                count = published.selected(found)
+                count = found.count(published.counts, published.memory)
                 extra[resource] = max(extra.get(resource, 0), count)  # two classes of one name: the larger, not both
         status = _mapping(node.get("status"))
         allocatable = dict(_mapping(status.get("allocatable")))

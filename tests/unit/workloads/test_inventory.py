@@ -139,6 +139,10 @@ def test_a_device_class_requires_only_what_a_conjunction_of_its_selectors_says_e
     assert typed.requires == (("type", "npu"),) and typed.min_memory == Decimal(64 * 2**30)
     assert typed.requirements() == 'type == "npu", memory >= 64Gi'
     assert either.requires == ()  # a disjunction lets other devices in: nothing is required
+    # Another domain's attribute is not one the driver's devices publish as theirs: it only narrows.
+    foreign = device_class(_device_class(
+        "w", "device.driver == 'accel.example.dev' && device.attributes['topology.example.org'].type == 'rack-a'"))
+    assert foreign is not None and foreign.requires == ()
     # Unknown conditions only narrow: a device without the attribute or its memory may still be one (upper bound).
     assert typed.selects(("accel.example.dev", None, None), None)
     assert not typed.selects(("accel.example.dev", "vnpu", None), None)
@@ -160,11 +164,14 @@ def test_slices_are_read_in_every_served_shape_and_counted_per_kind_of_device():
         return {"apiVersion": f"resource.k8s.io/{version}", "kind": "ResourceSlice", "metadata": {"name": name},
                 "spec": {"driver": "accel.example.dev", "nodeName": "n1", "pool": {"name": "n1"}, "devices": devices}}
 
+    other_domain = {"name": "d9", "attributes": {"vendor.example.org/type": {"string": "npu"}}}
     published = slice_devices([
         slice_("a", "v1", [device("d0", "npu", "64Gi"), device("d1", "npu", "48Gi", qualified=True)]),
+        slice_("c", "v1", [other_domain]),
         slice_("b", "v1beta1", [device("d2", "npu", "64Gi", basic=True), device("p0", "partition", "8Gi", basic=True)]),
     ])["n1"]
     whole, part = ("accel.example.dev", "npu", "Example X1"), ("accel.example.dev", "partition", "Example X1")
-    assert published.counts == {whole: 3, part: 1}  # a per-device uuid does not make every device its own kind
+    # a per-device uuid does not make every device its own kind; another domain's ``type`` is not the device's
+    assert published.counts == {whole: 3, part: 1, ("accel.example.dev", None, None): 1}
     assert published.memory == {whole: Decimal(48 * 2**30), part: Decimal(8 * 2**30)}
     assert published.product == "Example-X1"  # spelled as a product label value is
