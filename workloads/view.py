@@ -555,9 +555,10 @@ def build_view(obj: dict, kind: KindSpec, accelerators: Accelerators, workload_c
         spec = get_path(obj, ref.spec_path)
         if spec is None:  # a Dynamo service without extraPodSpec still has its GPUs
             spec = shape.spec_where_absent(obj, ref)
-            parent, key = get_path(obj, ref.spec_path[:-1]), ref.spec_path[-1]
-            if spec is not None and isinstance(parent, dict) and isinstance(key, str):
-                created.append((parent, key))
+            if spec is not None:  # made in its parent: settle() removes it again if it stays empty
+                parent, key = get_path(obj, ref.spec_path[:-1]), ref.spec_path[-1]
+                if isinstance(parent, dict) and isinstance(key, str):
+                    created.append((parent, key))
         if not isinstance(spec, dict):
             continue
         containers = _containers(obj, ref, spec, accelerators)
