@@ -149,7 +149,7 @@ def _fill(build: Callable[[int], dict], size: int = 3 * MIB - 64 * 1024) -> int:
 def cases(quick: bool) -> dict[str, tuple[bytes, str]]:
     """``name: (body, expected answer)``; expected: judged | refused:BOUND | denied 422 | HTTP 400."""
     from gpuguard.webhook.engine.prechecks import MAX_CONTAINERS, MAX_POD_TEMPLATES
-    from gpuguard.workloads import argo
+    from gpuguard.workloads.kinds.argo import workflow as argo
 
     deep_obj = job(1)
     deep_obj["metadata"]["annotations"] = "DEEP"

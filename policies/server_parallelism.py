@@ -19,7 +19,7 @@ Only the devices of the container running the server count (a container sees its
 devices that come from DRA claims or whose units are not one rank each (``skipResources``: a Neuron
 device holds several NeuronCores) are not compared.
 
-A RayService's Serve applications (``serveConfigV2``, read by ``gpuguard.workloads.rayserve``) are weighed
+A RayService's Serve applications (``serveConfigV2``, read by ``kinds.ray.serve``) are weighed
 against the Ray cluster it brings: a replica's ``engine_kwargs`` tensor x pipeline parallelism, placement
 bundles or ``ray_actor_options.num_gpus`` that no pod (an actor, ``STRICT_PACK``) or the whole cluster can hold,
 or minimum replicas beyond it, never start (deny); a cluster that doesn't autoscale and holds more GPUs than every
@@ -40,9 +40,9 @@ from pydantic import Field
 
 from gpuguard.policies.base import Finding, PolicySettings, ValidatingPolicy, accelerator_objects_only
 from gpuguard.workloads.classify import MAX_TEXT
+from gpuguard.workloads.kinds.ray.serve import RayServe
 from gpuguard.workloads.kinds.spec import ServingGroup
 from gpuguard.workloads.prices import Prices, pinned_products, usd
-from gpuguard.workloads.rayserve import RayServe
 from gpuguard.workloads.view import Container, PodTemplate, WorkloadView
 
 HOURS_PER_DAY = 24

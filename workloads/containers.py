@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from gpuguard.workloads import quantity, spark
+from gpuguard.workloads import quantity
 from gpuguard.workloads.accelerators import NO_SIZE, Accelerators, Profile, Size
+from gpuguard.workloads.kinds.spark import operator as spark
 from gpuguard.workloads.paths import Path, child_dict, dicts
 
 

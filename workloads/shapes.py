@@ -5,7 +5,7 @@ written in; this module says what that shape means, so the workload view and the
 instead of switching on shape names.  Most kinds write a plain PodSpec (``pod``).  Operators that don't:
 
 * ``spark``: a Spark driver/executor spec is the pod and its main container at once (``cores``, ``memory``,
-  ``gpu``), and the operator writes the container's ``resources`` (``gpuguard.workloads.spark``);
+  ``gpu``), and the operator writes the container's ``resources`` (``kinds.spark.operator``);
 * ``dynamo``: a Dynamo service's ``extraPodSpec`` with its ``mainContainer``, resources in the service's shorthand
   (a service without ``extraPodSpec`` still has its GPUs);
 * ``vllm``: a production-stack ``deploymentConfig``, resources in its shorthand;

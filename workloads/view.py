@@ -23,9 +23,9 @@ from gpuguard.workloads.claims import ClaimSource, attach_claims
 from gpuguard.workloads.containers import Container, container_gpus
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds import POD_CONTAINER_LISTS, KindSpec, TemplateRef
+from gpuguard.workloads.kinds.ray.serve import RayServe, read_demand
 from gpuguard.workloads.kinds.spec import ListObjects, ReadObject, ServingGroup
 from gpuguard.workloads.paths import Path, Replaced, child_dict, child_list, dicts, dotted, get_path, set_int_field
-from gpuguard.workloads.rayserve import RayServe, read_demand
 from gpuguard.workloads.shapes import shape_of
 
 if TYPE_CHECKING:

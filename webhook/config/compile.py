@@ -30,12 +30,13 @@ from gpuguard.webhook.config.schema import (
 )
 from gpuguard.webhook.config.yaml_lines import SAFE_LOADER, line_for, validation_error
 from gpuguard.webhook.custom.compile import CompiledRule, CustomPolicyError, CustomRules, compile_rules
-from gpuguard.workloads import kinds, knative
+from gpuguard.workloads import kinds
 from gpuguard.workloads.accelerators import AcceleratorError, Accelerators, ProfileSpec, merge_specs
 from gpuguard.workloads.controllers import DEFAULT_TRUSTED_CONTROLLERS, TrustedControllers, parse_group_kind
 from gpuguard.workloads.inventory import Inventory, declared_pool
 from gpuguard.workloads.kinds import KindSpec
 from gpuguard.workloads.kinds.configured import KindDeclaration, configured_kind
+from gpuguard.workloads.kinds.kserve import knative
 from gpuguard.workloads.kinds.kubeai import merged_profiles
 from gpuguard.workloads.prices import Prices
 from gpuguard.workloads.view import WORKLOAD_CLASSES

@@ -38,11 +38,12 @@ from gpuguard.webhook.decision import ACTION_TO_VERDICT, Change, Decision, Reque
 from gpuguard.webhook.engine import prechecks
 from gpuguard.webhook.engine.patch import make_patch
 from gpuguard.webhook.engine.update import keep_immutable, subject
-from gpuguard.workloads import kinds, knative
+from gpuguard.workloads import kinds
 from gpuguard.workloads.claims import ClaimSource
 from gpuguard.workloads.controllers import ControllerOrigin
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds.configured import structural_kind
+from gpuguard.workloads.kinds.kserve import knative
 from gpuguard.workloads.kinds.spec import Resolved
 from gpuguard.workloads.lifecycle import ClassReading, read_class
 from gpuguard.workloads.paths import Replaced, dotted, get_path
@@ -486,7 +487,7 @@ class Engine:
         return owners
 
     def _knative_templates(self, view: WorkloadView) -> list:
-        """Templates Knative will serve, when some pod fields are gated (``gpuguard.workloads.knative``)."""
+        """Templates Knative will serve, when some pod fields are gated (``kinds.kserve.knative``)."""
         if not self.config.knative_gated:
             return []
         return [t for t in view.templates

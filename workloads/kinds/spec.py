@@ -50,7 +50,7 @@ class TemplateRef:
     volume_paths: tuple[Path, ...] = ()
     # How the PodSpec holds the main container: ``pod`` (in its container lists), or ``spark`` (the
     # driver/executor spec *is* the main container: ``cores``, ``memory``, ``gpu``, ``env`` …, and the
-    # operator writes the container's ``resources`` itself; see ``gpuguard.workloads.spark``); the serving
+    # operator writes the container's ``resources`` itself; see ``kinds.spark.operator``); the serving
     # operators' shapes (``gpuguard.workloads.serving``): ``dynamo`` (a Dynamo service's ``extraPodSpec`` with
     # its ``mainContainer``, resources in the service's shorthand), ``vllm`` (a production-stack
     # ``deploymentConfig``, resources in its shorthand), ``inline`` (the spec is the pod and its one
@@ -141,7 +141,7 @@ class VolumeClaims:
 class ServeConfig:
     """Where a kind holds Ray Serve applications as YAML text (a RayService's ``serveConfigV2``) and the Ray
     cluster that runs them (``rayClusterConfig``): what its replicas use is read from the one and compared with
-    the pods of the other (``gpuguard.workloads.rayserve``)."""
+    the pods of the other (``kinds.ray.serve``)."""
 
     text: Path
     cluster: Path

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from gpuguard.workloads.rayserve import MAX_CONFIG_TEXT, read_demand
+from gpuguard.workloads.kinds.ray.serve import MAX_CONFIG_TEXT, read_demand
 
 
 def llm_app(config: str, extra: str = "") -> str:

@@ -13,8 +13,15 @@ import random
 
 import pytest
 
-from gpuguard.workloads import spark
-from gpuguard.workloads.argo import MAX_DAG_TASKS, MAX_TEMPLATES, TooLarge, heaviest_antichain, most_at_once, peak
+from gpuguard.workloads.kinds.argo.workflow import (
+    MAX_DAG_TASKS,
+    MAX_TEMPLATES,
+    TooLarge,
+    heaviest_antichain,
+    most_at_once,
+    peak,
+)
+from gpuguard.workloads.kinds.spark import operator as spark
 from tests.support.builders import ADAPTED_KINDS, make, pvc_pod_spec
 from tests.support.engines import engine_with, evaluate_twice, only
 

@@ -3,14 +3,14 @@
 Classed as batch work (ETL, feature engineering, batch scoring): Spark recomputes lost partitions
 from lineage rather than restoring checkpoints; a team training on Spark declares the class
 ``training``.  GPUs are asked for in driver/executor ``gpu`` fields or in sparkConf strings, which
-CEL can't read the way ``gpuguard.workloads.spark`` does: the webhook is called for every object.
+CEL can't read the way ``kinds.spark.operator`` does: the webhook is called for every object.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpuguard.workloads import spark
+from gpuguard.workloads.kinds.spark import operator as spark
 from gpuguard.workloads.kinds.spec import Creates, JobFields, KindSpec, Locate, Operator, TemplateRef
 from gpuguard.workloads.paths import Path, get_path
 

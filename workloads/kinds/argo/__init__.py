@@ -1,7 +1,7 @@
 """Argo Workflows (``argoproj.io``): Workflow, WorkflowTemplate and CronWorkflow.
 
 Each template that makes a pod (``container``, ``script``, ``containerSet``) is a pod template, with
-as many pods as the workflow runs of it at once (``gpuguard.workloads.argo``); templates keep their
+as many pods as the workflow runs of it at once (``kinds.argo.workflow``); templates keep their
 containers under those keys and inherit workflow fields, which CEL can't follow: the webhook is
 called for every object.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gpuguard.workloads import argo
+from gpuguard.workloads.kinds.argo import workflow as argo
 from gpuguard.workloads.kinds.spec import (
     Creates,
     JobFields,
