@@ -129,7 +129,8 @@ class Decision:
     mutated_by: list[str] = field(default_factory=list)
     # Values the user set that the mutating policies changed (caps, dropped fields, grown lists).
     changes: list[Change] = field(default_factory=list)
-    workload_class: str | None = None
+    # The class it was judged as; see ``workload_class``.
+    judged_class: str | None = None
     gpus: int = 0  # GPUs the whole workload asks for (replicas x GPUs per pod)
     gpus_by_resource: dict[str, int] = field(default_factory=dict)
     skipped: str | None = None  # why the engine did not look (unknown kind, exempt namespace ...)
@@ -145,6 +146,22 @@ class Decision:
     # validating half ran; ``None`` when no validating half ran.  ``gpuguard.webhook.engine.onepass`` splits
     # a create evaluated once into the two reviews' answers by it.
     validated_from: int | None = None
+    # Reads the class when somebody asks: an object no policy judges (a CPU object no enabled policy acts on)
+    # leaves the engine unclassified, and only a shell that prints the class (audit, evaluate, the scan) pays.
+    class_reader: Callable[[], str] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def workload_class(self) -> str | None:
+        """The class it is judged as (``gpuguard.workloads.lifecycle``), read on first use where the engine
+        deferred it (``class_reader``)."""
+        if self.judged_class is None and self.class_reader is not None:
+            reader, self.class_reader = self.class_reader, None
+            self.judged_class = reader()
+        return self.judged_class
+
+    @workload_class.setter
+    def workload_class(self, value: str | None) -> None:
+        self.judged_class, self.class_reader = value, None
 
     @property
     def accelerators(self) -> dict[str, int]:

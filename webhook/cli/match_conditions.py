@@ -46,11 +46,10 @@ def cpu_scope(config: Any) -> CpuScope:
     classes: set[str] = set()
     sets = [config.policies, *(p.policies for p in getattr(config, "profiles", ()))]
     for policy_set in sets:
-        for policy, settings in (*policy_set.mutating, *policy_set.validating):
-            scope = policy.cpu_scope(settings)
-            if scope.everything:
-                return CpuScope(everything=True, reason=f"{policy.id} {scope.reason}")
-            classes.update(scope.priority_classes)
+        scope = policy_set.cpu_scope
+        if scope.everything:
+            return scope
+        classes.update(scope.priority_classes)
     return CpuScope(priority_classes=frozenset(classes))
 
 

@@ -12,13 +12,14 @@ import copy
 import logging
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from gpuguard.policies import REGISTRY, MutatingPolicy, PolicySettings, ValidatingPolicy
+from gpuguard.policies.base import CpuScope
 from gpuguard.webhook.config import legacy
 from gpuguard.webhook.config.errors import ConfigError
 from gpuguard.webhook.config.schema import (
@@ -68,6 +69,18 @@ class PolicySet:
             if policy.id == policy_id:
                 return settings
         return None
+
+    @cached_property
+    def cpu_scope(self) -> CpuScope:
+        """The objects without accelerators these policies may act on, as each says itself (``Policy.cpu_scope``;
+        one that says nothing is assumed to need them all).  Custom rules are not counted here."""
+        classes: set[str] = set()
+        for policy, settings in (*self.mutating, *self.validating):
+            scope = policy.cpu_scope(settings)
+            if scope.everything:
+                return CpuScope(everything=True, reason=f"{policy.id} {scope.reason}")
+            classes.update(scope.priority_classes)
+        return CpuScope(priority_classes=frozenset(classes))
 
 
 @dataclass(frozen=True)

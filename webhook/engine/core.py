@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -128,6 +129,30 @@ class _Read:
     original: dict
     work: dict
     refs: list[kinds.TemplateRef]
+
+
+
+# The view's class until the engine reads it: only after the view shows that some policy will judge the object.
+UNREAD_CLASS = ""
+
+
+def judged_by_any_policy(view: WorkloadView, policy_set: PolicySet) -> bool:
+    """Whether an enabled policy may act on the object at all: every policy on an object with accelerators (or
+    with DRA claims, whose devices may be accelerators); on one without, only what the policies' own
+    ``cpu_scope`` says (``PolicySet.cpu_scope``) and the admin's CEL rules, which may match anything.  Skipping the
+    others changes nothing: a policy whose scope leaves CPU objects out changes and reports nothing on them."""
+    if view.total_gpus or policy_set.custom:
+        return True
+    if any(t.spec.get("resourceClaims") or t.unresolved_claims for t in view.templates):
+        return True
+    scope = policy_set.cpu_scope
+    if scope.everything:
+        return True
+    if not scope.priority_classes:
+        return False
+    used = {t.spec.get("priorityClassName") for t in view.templates}
+    used.update(name for _, name in view.kind_priority_classes())
+    return not scope.priority_classes.isdisjoint(used)
 
 
 class Engine:
@@ -404,14 +429,13 @@ class Engine:
         raw, original, work, refs = read.raw, read.original, read.work, read.refs
         decision.original = original
         _, policy_set = self.config.policies_for(decision.namespace, ctx.namespace_labels)
-        reading = self.read_class(work, kind, origin, policy_set, refs)
-        workload_class = reading.judged
-        view = build_view(work, kind, self.config.accelerators, workload_class, reading,
-                          decision.namespace, self.claims, refs)
+        # The class is read from the object as the caller gave it (``original``: the view copies inherited
+        # pod fields into ``work``), and only once the view shows a policy will read it.
+        view = build_view(work, kind, self.config.accelerators, UNREAD_CLASS, None, decision.namespace,
+                          self.claims, refs)
         view.inventory = self.inventory
         view.read_object = ctx.read_object  # a claim's access modes (the webhook: cached, read before the review)
         view.list_objects = ctx.list_objects  # the namespace's ResourceQuotas (the webhook: cached, listed before)
-        decision.workload_class = workload_class
         decision.gpus = view.total_gpus
         decision.gpus_by_resource = view.gpus_by_resource()
         unjudged = [(path, text) for t in view.templates for path, text in t.unjudged_claims]
@@ -426,6 +450,12 @@ class Engine:
             then = "; create the claim (template) first, or check its name and namespace" \
                 if "resourceClaims" in where else ""
             return self._fail(decision, f"{where}: {text}{then}", ctx, unresolved=f"{where}: {text}")
+        if not judged_by_any_policy(view, policy_set):
+            return self._unjudged(decision, view, ctx, lambda: self._class_of(original, kind, origin, policy_set, refs))
+        reading = self.read_class(original, kind, origin, policy_set, refs)
+        view.workload_class = workload_class = reading.judged
+        view.reading = reading
+        decision.workload_class = workload_class
 
         owners: list[str] = []  # the policy that recorded each of view.changes
         if mutating:
@@ -460,6 +490,26 @@ class Engine:
             decision.changes = _changes(view.changes, owners, work, decision.kind)
         decision.allowed = not decision.denials
         return decision
+
+    def _unjudged(self, decision: Decision, view: WorkloadView, ctx: RequestContext,
+                  class_reader: Callable[[], str]) -> Decision:
+        """An object no enabled policy acts on (a CPU object, ``judged_by_any_policy``): allowed unchanged, its
+        class read only if a shell asks for it."""
+        view.settle()  # the view's inherited pod fields leave the working copy again
+        decision.mutated = view.obj
+        decision.class_reader = class_reader
+        if ctx.validate and ctx.operation in ("CREATE", "UPDATE"):
+            decision.validated_from = 0
+        return decision
+
+    def _class_of(self, obj: dict, kind: kinds.KindSpec, origin: ControllerOrigin | None, policy_set: PolicySet,
+                  refs: list[kinds.TemplateRef]) -> str:
+        """The deferred class reading of an unjudged object; a reading that fails (it never has to decide
+        anything there) falls back to what the kind is for."""
+        try:
+            return self.read_class(obj, kind, origin, policy_set, refs).judged
+        except Exception:  # noqa: BLE001 - the class of an object nothing judged only labels it
+            return self.kind_class(kind)
 
     # ------------------------------------------------------------------ mutation helpers
     def _mutate(self, decision: Decision, view: WorkloadView, policy_set: PolicySet, kind: kinds.KindSpec,
