@@ -2,8 +2,8 @@
 
 This is an estimate, on purpose a simple and explainable one.  A workload is *at risk* when
 
-- ``job-limits`` would have to mutate it (or flags it in warn/audit mode): it has no deadline,
-  so a hung run keeps its GPUs until someone notices;
+- ``job-limits`` would have to set or cap its deadline (or flags it in warn/audit mode): it has no
+  deadline, so a hung run keeps its GPUs until someone notices (a retry limit alone is no such risk);
 - ``job-ttl`` would have to mutate it: it has no TTL (or one above the cap), so a finished
   job keeps its pods, claims and, for RayJob, a whole GPU cluster around;
 - ``gpu-request-shape`` denies it: its pods can never be scheduled, while quota, autoscaled
@@ -23,7 +23,7 @@ name (or glob).  Spot discounts and actual run times are not modelled.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -111,12 +111,27 @@ def risk_reasons(decision: Decision) -> list[str]:
     """Ids of the policies whose finding puts this workload's GPUs at risk (see module doc)."""
     reasons = []
     for policy, (_, verdicts) in RISK_POLICIES.items():
-        mutates = verdicts is None and policy in decision.mutated_by
+        mutates = verdicts is None and policy in decision.mutated_by and (
+            policy != "job-limits" or not _deadline_kept(decision))
         flagged = any(v.policy == policy and (verdicts is None or v.verdict in verdicts)
                       and (policy not in IDLE_ONLY or v.idle) for v in decision.violations)
         if mutates or flagged:
             reasons.append(policy)
     return reasons
+
+
+def _deadline_kept(decision: Decision) -> bool:
+    """Whether job-limits left the deadline as the user wrote it (it only set ``backoffLimit``): a run with its
+    own deadline is not one a hang keeps running, whatever else job-limits added."""
+    original, mutated = decision.original, decision.mutated
+    if not isinstance(original, dict) or not isinstance(mutated, dict):
+        return False
+    kind = lookup(original.get("apiVersion"), original.get("kind"))
+    path = kind.job.deadline if kind is not None and kind.job is not None else None
+    if path is None:
+        return False
+    before = get_path(original, path)
+    return before is not None and before == get_path(mutated, path)
 
 
 def idle_devices(decision: Decision) -> dict[str, int]:
@@ -162,6 +177,15 @@ class WorkloadCost:
     gpu_hours_per_day: float
     usd_per_day: float
     unpriced: dict[str, int]
+
+    def headline(self, money: Callable[[float], str]) -> str:
+        """"cost at risk ≈ $576/day", saying which devices have no price rather than counting them as free."""
+        if not self.unpriced:
+            return f"cost at risk ≈ {money(self.usd_per_day)}/day"
+        names = ", ".join(sorted(self.unpriced))
+        if not self.usd_per_day:
+            return f"cost at risk: not priced (no price for {names} in the config's prices)"
+        return f"cost at risk ≈ {money(self.usd_per_day)}/day and unpriced {names}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"reasons": list(self.reasons), "gpus": self.gpus, "gpuHoursPerDay": self.gpu_hours_per_day,

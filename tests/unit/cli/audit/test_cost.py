@@ -170,3 +170,32 @@ def test_a_warning_and_the_audit_price_idle_devices_alike(tmp_path) -> None:
     [warning] = [v for v in item.decision.violations if v.policy == "server-parallelism"]
     assert "6 idle, 144 device-hours a day (~$1,440)" in warning.message  # 6 H100s x 24 h x $10
     assert item.cost is not None and item.cost.usd_per_day == pytest.approx(1440.0)
+
+
+@pytest.mark.parametrize(("usd", "unpriced", "expected"), [
+    (96.0, {}, "cost at risk ≈ $96/day"),
+    (0.0, {"gpu.nvidia.com": 2}, "cost at risk: not priced (no price for gpu.nvidia.com in the config's prices)"),
+    (96.0, {"example.com/accel": 1, "acme.ai/npu": 4}, "cost at risk ≈ $96/day and unpriced acme.ai/npu, "
+                                                       "example.com/accel"),
+])
+def test_a_headline_never_prices_an_unknown_device_as_free(usd, unpriced, expected) -> None:
+    workload = cost.WorkloadCost(("job-ttl",), 2, 48.0, usd, unpriced)
+    assert workload.headline(lambda value: f"${value:,.0f}") == expected
+
+
+def _gpu_job(**spec) -> dict:
+    pod = {"restartPolicy": "Never", "containers": [{"name": "t", "image": "x", "command": ["python", "q.py"],
+                                                     "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "q", "namespace": "ml"},
+            "spec": {**spec, "template": {"spec": pod}}}
+
+
+@pytest.mark.parametrize(("spec", "at_risk"), [
+    ({"activeDeadlineSeconds": 259200}, False),  # its own deadline: job-limits only adds backoffLimit
+    ({}, True),  # no deadline: job-limits sets one
+    ({"activeDeadlineSeconds": 9_999_999}, True),  # above the cap: job-limits caps it
+])
+def test_job_limits_counts_only_a_missing_or_capped_deadline(spec, at_risk) -> None:
+    decision = Engine(load_config()).evaluate(_gpu_job(**spec))
+    assert "job-limits" in decision.mutated_by
+    assert ("job-limits" in cost.risk_reasons(decision)) is at_risk

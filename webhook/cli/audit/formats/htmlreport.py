@@ -130,7 +130,7 @@ def _workload(item: AuditItem) -> str:
     where = escape(item.doc.location)
     head = f'<summary>{_badge(verdict)}<b>{escape(item.label)}</b><span class="where">{where}</span>'
     if item.cost is not None:
-        head += f'<span class="where">cost at risk ≈ {_money(item.cost.usd_per_day)}/day</span>'
+        head += f'<span class="where">{escape(item.cost.headline(_money))}</span>'
     head += "</summary>"
     body: list[str] = []
     if item.error:

@@ -99,8 +99,7 @@ def _item(item: AuditItem, options: RenderOptions) -> Group | None:
     if item.cost is not None:
         reasons = ", ".join(item.cost.reasons)
         gpus = _plural(item.cost.gpus, "GPU")
-        parts.append(_indent(Text(f"cost at risk ≈ {_money(item.cost.usd_per_day)}/day ({gpus} x 24 h; {reasons})",
-                                  style="dim")))
+        parts.append(_indent(Text(f"{item.cost.headline(_money)} ({gpus} x 24 h; {reasons})", style="dim")))
     if options.diff and options.color and item.decision is not None and item.patch:
         diff = mutation.yaml_diff(item.decision.original, item.decision.mutated, item.label)
         parts.append(_indent(Syntax(diff, "diff", theme="ansi_dark", background_color="default")))
