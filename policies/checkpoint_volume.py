@@ -235,12 +235,16 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
 
 
 # A flag the user set that sends checkpoints or run output to an object store (``--output_dir gs://…``,
-# ``base_output_directory=s3://…``, ``--checkpoint-path=az://…``): evidence, like CHECKPOINT_URI.
-_OUTPUT_FLAG = re.compile(r"(?:checkpoint|ckpt|output|save)[\w.-]*(?:=|\s+)['\"]?([a-z][a-z0-9+]*://)", re.IGNORECASE)
+# ``base_output_directory=s3://…``, ``--checkpoint-path=az://…``, Ray Train's ``--storage-path s3://…``, TensorFlow's
+# ``--model_dir gs://…``): evidence, like CHECKPOINT_URI.
+_OUTPUT_FLAG = re.compile(r"(?:checkpoint|ckpt|output|save|storage|model[_-]dir)[\w.-]*(?:=|\s+)['\"]?"
+                          r"([a-z][a-z0-9+]*://)", re.IGNORECASE)
 
 
-def _output_flag_to_object_store(container: Container, settings: Settings) -> bool:
-    parts: list[str] = []
+def _output_flag_to_object_store(container: Container, settings: Settings, kind_commands: list[str]) -> bool:
+    """The container's command line, or the one its operator runs for it (a RayJob's ``entrypoint``), sends
+    checkpoints or output to an object store."""
+    parts: list[str] = list(kind_commands)
     for key in ("command", "args"):
         value = container.body.get(key)
         parts += [part for part in value if isinstance(part, str)] if isinstance(value, list) else []
@@ -281,7 +285,8 @@ def _findings(view: WorkloadView, settings: Settings, hint: str) -> Iterator[Fin
             # be read here: it counts as set, like the team's shared CHECKPOINT_URI usually is.
             object_store = container.env_from() or any(
                 var in env and (env[var] is None or env[var].startswith(tuple(settings.object_store_schemes)))
-                for var in settings.object_store_env_vars) or _output_flag_to_object_store(container, settings)
+                for var in settings.object_store_env_vars) or _output_flag_to_object_store(container, settings,
+                                                                                           view.kind_commands())
             if not object_store and not any(m.persistent for m in mounts):
                 read_only = next((m for m in mounts if m.read_only), None)
                 if read_only is not None:

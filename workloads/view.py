@@ -378,6 +378,12 @@ class WorkloadView:
             return f"the cluster's own {self.kind.kind} controller makes no gang"
         return gang.controller_gap(self.obj)
 
+    def kind_commands(self) -> list[str]:
+        """Command lines the kind's operator runs outside the pod templates (``KindSpec.command_paths``: a RayJob's
+        ``entrypoint``), as the user wrote them."""
+        texts = (get_path(self.obj, path) for path in self.kind.command_paths)
+        return [text for text in texts if isinstance(text, str)]
+
     def kind_priority_classes(self) -> Iterator[tuple[Path, str]]:
         """Priority classes the kind keeps outside its pod templates (Kubeflow runPolicy, Volcano spec)."""
         for path in self.kind.priority_class_paths:
