@@ -100,6 +100,20 @@ def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+class ShortMinimum(str):
+    """The gang is in place but its minimum is below the GPU pods (a Volcano Job's ``minAvailable``, a Kubeflow
+    ``schedulingPolicy.minAvailable``): the fix is that number, not another gang."""
+
+    path: str
+
+
+def _short_minimum(gang: Gang, minimum: int, pods: int) -> ShortMinimum:
+    path = dotted(gang.min_available)  # type: ignore[arg-type]
+    short = ShortMinimum(f"{path} is {minimum}, fewer than its {pods} GPU pods")
+    short.path = path
+    return short
+
+
 def _why_not_ganged(view: WorkloadView, gang: Gang, settings: Settings, pods: int) -> str | None:
     """``None`` when the GPU pods are ganged; else what is missing, for the message."""
     if any(label in view.labels for label in settings.queue_labels):
@@ -110,11 +124,11 @@ def _why_not_ganged(view: WorkloadView, gang: Gang, settings: Settings, pods: in
         if scheduler not in (None, *settings.schedulers):
             return f"{dotted(gang.own_scheduler)} is {scheduler!r}, which does not gang"
         if minimum is not None and minimum < pods:
-            return f"{dotted(gang.min_available)} is {minimum}, fewer than its {pods} GPU pods"  # type: ignore[arg-type]
+            return _short_minimum(gang, minimum, pods)
         return None
     if settings.accept_kubeflow_scheduling_policy and isinstance(view.gang_value("operator_policy"), dict):
         if minimum is not None and minimum < pods:
-            return f"{dotted(gang.min_available)} is {minimum}, fewer than its {pods} GPU pods"  # type: ignore[arg-type]
+            return _short_minimum(gang, minimum, pods)
         return None
     templates = view.gpu_templates
     if all(_in_pod_group(t, settings) or _in_tree_group(t) for t in templates):
@@ -168,8 +182,13 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     missing = _why_not_ganged(view, gang, settings, pods)
     if missing is None:
         return
-    yield Finding(("spec",), f"distributed GPU job with {pods} GPU pods is not gang-scheduled ({missing}): some "
-                  "pods start and hold GPUs while the rest pend, and the job never makes progress",
+    problem = (f"distributed GPU job with {pods} GPU pods is not gang-scheduled ({missing}): some pods start and "
+               "hold GPUs while the rest pend, and the job never makes progress")
+    if isinstance(missing, ShortMinimum):
+        yield Finding(("spec",), problem, f"set {missing.path} to {pods} (every GPU pod), or remove it: the gang then "
+                      "waits for all its pods")
+        return
+    yield Finding(("spec",), problem,
                   "add a Kueue queue label (kueue.x-k8s.io/queue-name), a Kubeflow runPolicy.schedulingPolicy, a "
                   "coscheduling pod-group label (scheduling.x-k8s.io/pod-group) or, on Kubernetes 1.35+, a "
                   "spec.workloadRef / spec.schedulingGroup on its GPU pod templates, "

@@ -325,7 +325,8 @@ class Engine:
         gpu_paths = {t.spec_path for t in probe.gpu_templates}
         uncounted = [dotted(f.spec_path) for f in find_pod_specs(obj) if not f.counted and f.spec_path in gpu_paths]
         counted = f" (at least: no replica count was found beside {', '.join(uncounted[:2])})" if uncounted else ""
-        what = f"unknown kind {decision.kind} ({decision.api_version}) with {gpus} accelerators{counted} in {where}"
+        noun = "accelerator" if gpus == 1 else "accelerators"
+        what = f"unknown kind {decision.kind} ({decision.api_version}) with {gpus} {noun}{counted} in {where}"
         return self._fail(decision, f"{what}: gpuguard can't tell what it is for or how many pods it makes; add it to "
                           "the config's kinds: (docs/admin.md#adding-a-kind)", ctx, unresolved=what)
 

@@ -59,7 +59,7 @@ def test_same_kind_name_other_group_is_unknown():
     obj["apiVersion"] = "example.com/v1"
     decision = ENGINE.evaluate(obj)
     assert decision.skipped is None and not decision.allowed
-    assert "unknown kind Job (example.com/v1) with 1 accelerators" in (decision.error or "")
+    assert "unknown kind Job (example.com/v1) with 1 accelerator" in (decision.error or "")
 
 
 def test_gpu_counts_per_workload_multiply_replicas():

@@ -131,6 +131,29 @@ def test_single_pod_jobs_need_no_gang(kind):
     assert policies_hit(only("gang-scheduling"), make(kind, pvc_pod_spec(), replicas=1)) == {}
 
 
+@pytest.mark.parametrize("kind", [BUILDER_NAMES[k.api_group_kind] for k in kinds.KINDS
+                                  if k.gang is not None and k.gang.min_available is not None])
+def test_a_gang_minimum_below_the_gpu_pods_is_fixed_by_that_number(kind):
+    """Where the kind's gang is in place (its own scheduler, or a Kubeflow schedulingPolicy) but its minimum is
+    short, the fix names that field and the number of GPU pods, not another way to gang."""
+    obj = make(kind, pvc_pod_spec(), replicas=4)
+    gang = kinds.lookup(obj["apiVersion"], obj["kind"]).gang
+    if gang.operator_policy is not None:
+        parent = obj
+        for step in gang.operator_policy[:-1]:
+            parent = parent.setdefault(step, {})
+        parent[gang.operator_policy[-1]] = {}
+    parent = obj
+    for step in gang.min_available[:-1]:
+        parent = parent.setdefault(step, {})
+    parent[gang.min_available[-1]] = 1
+    hits = policies_hit(only("gang-scheduling"), obj)
+    (finding,) = hits["gang-scheduling"]
+    pods = finding.message.split(" GPU pods")[0].rsplit(" ", 1)[-1]
+    assert f"is 1, fewer than its {pods} GPU pods" in finding.message
+    assert finding.fix.startswith(f"set {'.'.join(gang.min_available)} to {pods} (every GPU pod)")
+
+
 # ---------------------------------------------------------------- inference-on-spot
 @pytest.mark.parametrize("kind", INFERENCE_KINDS)
 @pytest.mark.parametrize("how", ["selector", "affinity", "toleration"])
