@@ -18,6 +18,7 @@ from tests.support.tenant import TenantEnv, dump
 
 pytestmark = pytest.mark.e2e
 TRAINER = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
+KNATIVE = "system:serviceaccount:knative-serving:controller"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -29,7 +30,8 @@ def env(control_plane, tmp_path_factory):
     cp = control_plane
     cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "priorityclasses.yaml"))
     cp.install_crds("jobset", "trainjob", "clustertrainingruntime", "trainingruntime", "inferenceservice",
-                    "servingruntime", "clusterservingruntime", "rayservice", "sparkapplication", "workflow")
+                    "servingruntime", "clusterservingruntime", "rayservice", "sparkapplication", "workflow",
+                    "service")  # Knative Serving's Service
     # KServe's shipped runtime for the huggingface format (its pods take the predictor's resources).
     cp.kubectl("apply", "-f", "-", input=dump({
         "apiVersion": "serving.kserve.io/v1alpha1", "kind": "ClusterServingRuntime",
@@ -157,6 +159,42 @@ def test_kserve_predictor_model_form_is_mutated_and_judged(env):
     stored = env.get("inferenceservice", "serverless", "-n", ns)["spec"]["predictor"]
     assert "tolerations" not in stored and "priorityClassName" not in stored
     assert stored["model"]["resources"]["limits"]["memory"] == "64Gi"
+
+
+def knative_service(ns: str, name: str) -> dict:
+    """A Whisper server as Knative runs one: scaled on requests up to 3 pods, no volumes, nothing to checkpoint."""
+    return {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+            "spec": {"template": {
+                "metadata": {"annotations": {"autoscaling.knative.dev/max-scale": "3"}},
+                "spec": {"containers": [{"image": "ghcr.io/example/whisper-server:2",
+                                         "args": ["--model", "large-v3", "--port", "8080"],
+                                         "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+
+
+def test_knative_service_is_judged_as_a_server_and_its_revision_deployment_left_to_knative(env):
+    ns = env.namespace(KNATIVE)
+    applied = env.apply(knative_service(ns, "whisper"))
+    assert applied.returncode == 0, applied.stderr  # a server: no checkpoint check
+    # Knative refuses tolerations and a priority class unless its config-features enable them: none are added.
+    assert "kubernetes.podspec-tolerations" in applied.stderr and "kubernetes.podspec-priorityclassname" in \
+        applied.stderr, applied.stderr
+    pod = env.get("services.serving.knative.dev", "whisper", "-n", ns)["spec"]["template"]["spec"]
+    assert "tolerations" not in pod and "priorityClassName" not in pod
+    assert pod["containers"][0]["resources"]["limits"]["memory"] == "64Gi"
+    # The revision's Deployment, made by Knative's controller from the template judged above, stays as made
+    # (Knative names the user's container).
+    pod["containers"][0]["name"] = "user-container"
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {
+        "name": "whisper-00001-deployment", "namespace": ns, "ownerReferences": [{
+            "apiVersion": "serving.knative.dev/v1", "kind": "Revision", "name": "whisper-00001",
+            "uid": "6f1c1f5e-0000-4000-8000-000000000001", "controller": True}]},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "whisper"}}, "template": {
+            "metadata": {"labels": {"app": "whisper"}}, "spec": pod}}}
+    made = env.apply(deployment, user=KNATIVE)
+    assert made.returncode == 0, made.stderr
+    stored = env.get("deployment", "whisper-00001-deployment", "-n", ns)
+    assert "tolerations" not in stored["spec"]["template"]["spec"]
+    assert "gpuguard.io/mutated-by" not in (stored["metadata"].get("annotations") or {})
 
 
 def rayservice(ns: str, name: str, replicas: int = 2, gpus: int = 1, serve: str = "applications: []\n") -> dict:

@@ -175,6 +175,10 @@ def make(kind: str, spec: dict, replicas: int = 1, name: str = "w", namespace: s
                                 "metadata": meta, "spec": vllm_runtime(spec, replicas)},
         "Model": lambda: {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": meta,
                           "spec": kubeai_model(spec, replicas)},
+        "KnativeService": lambda: {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": meta,
+                                   "spec": {"template": {"metadata": {"annotations": {
+                                       "autoscaling.knative.dev/max-scale": str(replicas)}},
+                                       "spec": copy.deepcopy(spec)}}},
     }
     return builders[kind]()
 
@@ -297,17 +301,18 @@ def has_builder(name: str) -> bool:
 
 
 # Builder name of each kind (group, kind): the kind's name, except where two groups share one.
+_SHARED_NAMES = {("batch.volcano.sh", "Job"): "VolcanoJob", ("serving.knative.dev", "Service"): "KnativeService"}
 BUILDER_NAMES: dict[tuple[str, str], str] = {
-    spec.api_group_kind: "VolcanoJob" if spec.api_group_kind == ("batch.volcano.sh", "Job") else spec.kind
-    for spec in kinds.KINDS
+    spec.api_group_kind: _SHARED_NAMES.get(spec.api_group_kind, spec.kind) for spec in kinds.KINDS
 }
 
 
 def pod_shaped(spec: kinds.KindSpec) -> bool:
-    """Whether the kind's templates are PodSpecs with ``containers`` lists, as the shared matrices
-    expect; Spark's driver/executor specs and Argo's container templates have their own tests."""
+    """Whether the kind's templates are PodSpecs with ``containers`` lists that take every pod field, as the shared
+    matrices expect; Spark's driver/executor specs, Argo's container templates and Knative-served templates have
+    their own tests."""
     obj = make(BUILDER_NAMES[spec.api_group_kind], bare_pod_spec())
-    return all(ref.shape == "pod" and ref.container_lists == kinds.POD_CONTAINER_LISTS
+    return all(ref.shape == "pod" and ref.container_lists == kinds.POD_CONTAINER_LISTS and ref.knative is False
                for ref in spec.locate(obj))
 
 
@@ -327,7 +332,8 @@ def runtime_for(name: str, spec: dict) -> dict:
                              {**c, "name": "node"} for c in spec.get("containers", [])]})}}}}]}}}}
 
 
-# Kinds that write pods their own way (Spark, Argo): tests/unit/workloads/test_spark_argo.py.
+# Kinds that write pods their own way (Spark, Argo), or whose pods Knative serves (a Knative Service: the pod fields
+# Knative's config-features gate are never added): tests/unit/workloads/test_spark_argo.py.
 ADAPTED_KINDS = [BUILDER_NAMES[spec.api_group_kind] for spec in kinds.KINDS
                  if spec.runtime is None and not pod_shaped(spec)]
 RUNTIME_KINDS = [BUILDER_NAMES[spec.api_group_kind] for spec in kinds.KINDS if spec.runtime is not None]

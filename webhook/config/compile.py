@@ -37,7 +37,7 @@ from gpuguard.workloads.controllers import DEFAULT_TRUSTED_CONTROLLERS, TrustedC
 from gpuguard.workloads.inventory import Inventory, declared_pool
 from gpuguard.workloads.kinds import KindSpec
 from gpuguard.workloads.kinds.configured import KindDeclaration, configured_kind
-from gpuguard.workloads.kinds.kserve import knative
+from gpuguard.workloads.kinds.knative import features as knative
 from gpuguard.workloads.kinds.kubeai import merged_profiles
 from gpuguard.workloads.prices import Prices
 from gpuguard.workloads.view import WORKLOAD_CLASSES

@@ -137,7 +137,8 @@ class KServe(ConfigModel):
         "to InferenceServices without the serving.kserve.io/deploymentMode annotation.")
     knative_features: list[str] = Field(
         default_factory=list, description="Knative config-features enabled on the cluster (e.g. "
-        "kubernetes.podspec-tolerations): gpuguard sets those pod fields on Knative-served templates.")
+        "kubernetes.podspec-tolerations): gpuguard sets those pod fields on Knative-served templates (KServe's "
+        "Serverless mode and Knative Services).")
 
 
 class KubeAI(ConfigModel):

@@ -44,7 +44,7 @@ from gpuguard.workloads.claims import ClaimSource
 from gpuguard.workloads.controllers import ControllerOrigin
 from gpuguard.workloads.inventory import EMPTY_INVENTORY, Inventory
 from gpuguard.workloads.kinds.configured import structural_kind
-from gpuguard.workloads.kinds.kserve import knative
+from gpuguard.workloads.kinds.knative import features as knative
 from gpuguard.workloads.kinds.spec import Resolved
 from gpuguard.workloads.lifecycle import ClassReading, read_class
 from gpuguard.workloads.paths import Replaced, dotted, get_path
@@ -538,7 +538,7 @@ class Engine:
         return owners
 
     def _knative_templates(self, view: WorkloadView) -> list:
-        """Templates Knative will serve, when some pod fields are gated (``kinds.kserve.knative``)."""
+        """Templates Knative will serve, when some pod fields are gated (``kinds.knative.features``)."""
         if not self.config.knative_gated:
             return []
         return [t for t in view.templates

@@ -8,7 +8,7 @@ group/resource to intercept, and where CEL finds the pod specs), the trusted con
 (which operator creates what from the kind) and the audit ``--cluster`` lister (what to
 list).  Policies never compare kind names: they ask the ``KindSpec`` through the workload
 view.  The entries live with their operator family (``core``, ``kubeflow``, ``trainer``,
-``jobset``, ``volcano``, ``lws``, ``ray``, ``kserve``, ``appwrapper``, ``spark``, ``argo``, and the serving
+``jobset``, ``volcano``, ``lws``, ``ray``, ``kserve``, ``knative``, ``appwrapper``, ``spark``, ``argo``, and the serving
 operators ``dynamo``, ``nim``, ``aibrix``, ``vllm``, ``kubeai``);
 this module assembles them.  Adding a kind: ``docs/contributing.md``.
 
@@ -30,6 +30,7 @@ from gpuguard.workloads.kinds import (
     core,
     dynamo,
     jobset,
+    knative,
     kserve,
     kubeai,
     kubeflow,
@@ -128,6 +129,7 @@ KINDS: tuple[KindSpec, ...] = (
     argo.WORKFLOW, argo.WORKFLOWTEMPLATE, argo.CRONWORKFLOW,
     dynamo.DYNAMOGRAPHDEPLOYMENT, dynamo.DYNAMOCOMPONENTDEPLOYMENT, nim.NIMSERVICE,
     aibrix.STORMSERVICE, aibrix.ROLESET, aibrix.PODSET, vllm.VLLMRUNTIME, kubeai.MODEL,
+    knative.SERVICE,
 )
 
 _BY_GROUP_KIND: dict[tuple[str, str], KindSpec] = {k.api_group_kind: k for k in KINDS}

@@ -17,7 +17,7 @@ from gpuguard.webhook.engine.core import MUTATED_BY_ANNOTATION, Engine
 from gpuguard.webhook.engine.update import subject
 from gpuguard.workloads.controllers import DEFAULT_TRUSTED_CONTROLLERS, api_group, parse_group_kind
 from gpuguard.workloads.kinds import KINDS, lookup_group_kind
-from tests.support.builders import bare_pod_spec, cpu_container, gpu_container, make, pvc_pod_spec
+from tests.support.builders import BUILDER_NAMES, bare_pod_spec, cpu_container, gpu_container, make, pvc_pod_spec
 from tests.support.paths import REPO
 
 ENGINE = Engine(load_config())
@@ -45,8 +45,8 @@ def risky_object(group_kind: tuple[str, str]) -> dict:
     spec = lookup_group_kind(group, kind)
     if spec is None:  # a kind gpuguard does not check (TrainJob): any object will do
         return {"apiVersion": api_version(group_kind), "kind": kind, "metadata": {"name": "x", "namespace": "ml"}}
-    name = "VolcanoJob" if group == "batch.volcano.sh" else kind
-    obj = make(name, bare_pod_spec(9), replicas=2)  # over the 8-per-node cap: denied on every kind
+    # Over the 8-per-node cap: denied on every kind.
+    obj = make(BUILDER_NAMES[spec.api_group_kind], bare_pod_spec(9), replicas=2)
     obj["apiVersion"] = api_version(group_kind)
     return obj
 

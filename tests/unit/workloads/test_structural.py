@@ -76,7 +76,7 @@ def test_an_unknown_kind_with_accelerators_is_reported_not_skipped(name: str) ->
     decision = engine_with().evaluate(obj, RequestContext(namespace="ml", username="alice"))
     assert decision.skipped is None and not decision.allowed
     assert f"unknown kind {obj['kind']}" in (decision.error or "")
-    assert f"with {gpus} accelerators" in (decision.error or "")
+    assert f"with {gpus} accelerator{'' if gpus == 1 else 's'}" in (decision.error or "")
 
 
 def test_an_unknown_kind_without_accelerators_is_left_alone() -> None:

@@ -26,7 +26,7 @@ from gpuguard.workloads.kinds.spec import (
 from gpuguard.workloads.kinds.templates import count
 from gpuguard.workloads.paths import dicts, get_path
 
-# KServe (kserve namespace): raw-deployment predictors become Deployments.
+# KServe (kserve namespace): raw-deployment predictors become Deployments, Serverless ones Knative Services.
 KSERVE_CONTROLLER = Operator("kserve", ("system:serviceaccount:kserve:kserve-controller-manager",))
 
 # KServe components inline a PodSpec, plus one container under each framework key (its
@@ -38,6 +38,7 @@ _KSERVE_CONTAINER_KEYS = {
     "explainer": ("art", "alibi", "aix"),
 }
 KSERVE_MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
+_KNATIVE_SERVICE = "serving.knative.dev/Service"  # what a Serverless component becomes
 
 
 def _kserve_knative(obj: dict) -> bool | None:
@@ -380,7 +381,8 @@ SERVING_RUNTIMES = MergedRuntime(GROUP, resolve_serving_runtime, merge_serving_r
                                   (CLUSTER_SERVING_RUNTIME, "v1alpha1", "clusterservingruntimes")))
 
 INFERENCESERVICE = KindSpec("serving.kserve.io", "InferenceService", "inferenceservices", ("v1beta1",), "inference",
-                            _kserve, controllers=(Creates(KSERVE_CONTROLLER, ("apps/Deployment",)),),
+                            _kserve,
+                            controllers=(Creates(KSERVE_CONTROLLER, ("apps/Deployment", _KNATIVE_SERVICE)),),
                             merged_runtime=SERVING_RUNTIMES, class_fixed=True, serving_groups=_kserve_groups)
 LLMINFERENCESERVICE = KindSpec("serving.kserve.io", "LLMInferenceService", "llminferenceservices", ("v1alpha1",),
                                "inference", _llm_inference,
