@@ -119,6 +119,20 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """No ``&id001`` anchors and ``*id001`` aliases: a mutated object may hold one list twice (one node affinity
+    term given to every template), and what gpuguard prints is read, diffed and applied as plain YAML."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def plain_yaml(value: Any, **options: Any) -> str:
+    """``value`` as block YAML in its own key order, without anchors (``yaml.safe_dump``'s options otherwise)."""
+    options.setdefault("sort_keys", False)
+    return yaml.dump(value, Dumper=_PlainDumper, **options)
+
+
 def iter_paths(paths: Iterable[str], exclude: Iterable[str] = ()) -> Iterator[str]:
     """Expand folders recursively (sorted, hidden entries skipped) into manifest files.
 

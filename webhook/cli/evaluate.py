@@ -46,7 +46,8 @@ def register(subparsers: Any) -> None:
 
 def _text(decision: Decision, index: int) -> str:
     import orjson
-    import yaml
+
+    from gpuguard.webhook.manifests import plain_yaml
 
     head = f"--- [{index}] {decision.kind} {decision.namespace or '-'}/{decision.name or '-'}"
     lines = [head]
@@ -65,7 +66,7 @@ def _text(decision: Decision, index: int) -> str:
         lines.append("patch:")
         lines.extend(f"  {orjson.dumps(op).decode()}" for op in decision.patch)
         lines.append("mutated object:")
-        lines.append(yaml.safe_dump(decision.mutated, sort_keys=False).rstrip())
+        lines.append(plain_yaml(decision.mutated).rstrip())
     return "\n".join(lines)
 
 

@@ -12,9 +12,9 @@ import difflib
 from typing import Any
 
 import orjson
-import yaml
 
 from gpuguard.webhook.engine.core import MUTATED_BY_ANNOTATION
+from gpuguard.webhook.manifests import plain_yaml
 
 _MAX_VALUE = 80
 
@@ -71,7 +71,7 @@ def describe_changes(patch: list[dict[str, Any]]) -> list[str]:
 
 def to_yaml(obj: Any) -> str:
     """Block YAML in the object's own key order, as users wrote it."""
-    return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
+    return plain_yaml(obj, default_flow_style=False, allow_unicode=True, width=100)
 
 
 def yaml_diff(before: Any, after: Any, label: str) -> str:

@@ -27,6 +27,7 @@ from gpuguard.webhook.cli.audit.formats import RenderOptions, write_all
 from gpuguard.webhook.cli.audit.formats.spool import Spool
 from gpuguard.webhook.cli.audit.run import AuditItem, AuditReport
 from gpuguard.webhook.decision import NO_ACCELERATOR_CATEGORY, report_category
+from gpuguard.webhook.manifests import plain_yaml
 from gpuguard.webhook.reportapi import POLICY_REPORTS, ReportApi
 from gpuguard.workloads.kinds import lookup
 
@@ -106,15 +107,9 @@ def _header(api: ReportApi, kind: str, namespace: str | None, summary: dict[str,
     return {**head, "summary": summary, "results": []}
 
 
-class _Dumper(yaml.SafeDumper):
-    """No ``&id001`` anchors: results share dicts, and consumers expect plain YAML."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
 def _dump(value: Any, **kwargs: Any) -> str:
-    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120, **kwargs)
+    """Plain YAML (results share dicts; consumers expect no anchors)."""
+    return plain_yaml(value, default_flow_style=False, width=120, **kwargs)
 
 
 def _items(results: list[dict[str, Any]]) -> list[str]:
