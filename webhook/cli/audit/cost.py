@@ -49,7 +49,7 @@ RISK_POLICIES: dict[str, tuple[str, frozenset[str] | None]] = {
 IDLE_ONLY = frozenset({"server-parallelism"})
 
 METHOD = (
-    "Estimate, not a bill: every workload that job-limits or job-ttl would mutate (no deadline, no TTL) "
+    "Estimate, not a bill: every workload job-limits or job-ttl would give a deadline or a TTL (it has none) "
     "or that gpu-request-shape denies (would pend forever) is assumed to hold all its GPUs 24 hours a "
     "day, and the devices server-parallelism finds idle are counted alone; GPU-hours x the configured "
     "price per GPU-hour (by GPU product label when the workload pins one, else by resource name). Spot "
