@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import inspect
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -84,6 +85,14 @@ def _start_watches(server: ServerState, settings: ServeSettings) -> None:
                                         pool_refresh=settings.nodepool_refresh)
 
 
+# FastAPI's own OpenTelemetry layer (0.16x) asks the global tracer, meter and logger providers on every request
+# before it finds none configured; gpuguard's metrics and review log are its own (docs/monitoring.md), so the
+# layer is switched off where this FastAPI has it.
+_NO_NATIVE_TELEMETRY: dict = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
+
+
 def create_app(settings: ServeSettings, active: Active | None = None,
                certs: SelfManagedCerts | None = None) -> FastAPI:
     """The ASGI app for one process; loads the config unless the caller already did.  ``certs``:
@@ -118,7 +127,7 @@ def create_app(settings: ServeSettings, active: Active | None = None,
             engine_pool.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="gpuguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
-                  redirect_slashes=False)
+                  redirect_slashes=False, **_NO_NATIVE_TELEMETRY)
     app.state.server = server
     # The engine runs here, off the event loop (``review._judge``): /readyz and other reviews are
     # answered while a large review is judged.
