@@ -57,8 +57,10 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
                               container.name)
                 continue
             devices = container.device_equivalents()
+            if floor is None or devices <= 0 or limit / devices >= floor:
+                continue  # the common case: what the floor can be lowered to is read only under it
             least = _floor(container, floor, devices, view.inventory)
-            if least is not None and devices > 0 and limit / devices < least:
+            if least is not None and limit / devices < least:
                 per_gpu, wanted = quantity.format_bytes(limit / devices), quantity.format_bytes(least)
                 yield Finding(container.path, f"memory limit is {per_gpu} per device, under the {wanted} floor; "
                               "loading weights and data loaders may OOM",
