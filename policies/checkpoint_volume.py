@@ -228,10 +228,13 @@ def validate(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     at_risk = _gpu_hours_at_risk(view)
     if at_risk is not None and at_risk <= settings.max_gpu_hours_at_risk:
         return
+    found = list(_findings(view, settings))
+    if not found:
+        return  # the ways out are worded only for a finding
     hint = _bound_hint(view, settings) if judged else "; if it is training, run it as a Job or a training kind"
     note = _guess_note(view, settings)
-    for finding in _findings(view, settings, hint):
-        yield Finding(finding.path, note + finding.message, finding.fix, finding.target, advisory)
+    for finding in found:
+        yield Finding(finding.path, note + finding.message, finding.fix + hint, finding.target, advisory)
 
 
 # A flag the user set that sends checkpoints or run output to an object store (``--output_dir gs://…``,
@@ -253,7 +256,8 @@ def _output_flag_to_object_store(container: Container, settings: Settings, kind_
     return any(match.group(1).lower() in schemes for match in _OUTPUT_FLAG.finditer(text))
 
 
-def _findings(view: WorkloadView, settings: Settings, hint: str) -> Iterator[Finding]:
+def _findings(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
+    """What is wrong with each GPU container's checkpoints; the fixes end where ``validate`` adds the ways out."""
     extra = _claim_policies(view)
     volcano = _volcano_mounts(view)
     for template in view.gpu_templates:
@@ -273,11 +277,11 @@ def _findings(view: WorkloadView, settings: Settings, hint: str) -> Iterator[Fin
                 if backing is not None and backing.read_only:
                     yield Finding(container.path, f"checkpoint path {label} is on {backing.what}: checkpoints "
                                   "cannot be written there", "mount it read-write (drop readOnly: true), or point "
-                                  "CHECKPOINT_URI at an object store" + hint, container.name)
+                                  "CHECKPOINT_URI at an object store", container.name)
                     continue
                 where = backing.what if backing else "the container's writable layer (lost when the pod restarts)"
                 yield Finding(container.path, f"checkpoint path {label} is on {where}",
-                              "back it with a persistentVolumeClaim or point CHECKPOINT_URI at an object store" + hint,
+                              "back it with a persistentVolumeClaim or point CHECKPOINT_URI at an object store",
                               container.name)
             if bad_path:
                 continue
@@ -292,11 +296,11 @@ def _findings(view: WorkloadView, settings: Settings, hint: str) -> Iterator[Fin
                 if read_only is not None:
                     yield Finding(container.path, f"GPU training job's only persistent storage is {read_only.what}: "
                                   "checkpoints cannot be written there", "mount a writable persistentVolumeClaim "
-                                  "for checkpoints or set CHECKPOINT_URI to an object store" + hint, container.name)
+                                  "for checkpoints or set CHECKPOINT_URI to an object store", container.name)
                     continue
                 yield Finding(container.path, "GPU training job has no persistent volume for checkpoints",
                               "mount a persistentVolumeClaim (e.g. at /checkpoints) or set CHECKPOINT_URI to an "
-                              "object store" + hint, container.name)
+                              "object store", container.name)
 
 
 POLICY = ValidatingPolicy(
