@@ -406,8 +406,8 @@ class Scanner:
         risk = at_risk(outcome, self.prices, finished)
         if risk is not None:
             facts.gpu_hours, facts.usd = risk.gpu_hours_per_day, risk.usd_per_day
-        if finished or outcome.decision is None:
-            return
+        if finished or outcome.decision is None or not outcome.accelerators:
+            return  # a CPU workload's class is never read (the engine left it unread: nothing judged it)
         cls = outcome.decision.workload_class or "unknown"
         for resource, n in outcome.accelerators.items():
             facts.accelerators[(resource, cls)] = n
