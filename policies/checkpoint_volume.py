@@ -259,6 +259,7 @@ def _output_flag_to_object_store(container: Container, settings: Settings, kind_
 def _findings(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
     """What is wrong with each GPU container's checkpoints; the fixes end where ``validate`` adds the ways out."""
     extra = _claim_policies(view)
+    operator_commands = view.kind_commands()  # one read per workload, not per container
     volcano = _volcano_mounts(view)
     for template in view.gpu_templates:
         for container in template.gpu_containers:
@@ -290,7 +291,7 @@ def _findings(view: WorkloadView, settings: Settings) -> Iterator[Finding]:
             object_store = container.env_from() or any(
                 var in env and (env[var] is None or env[var].startswith(tuple(settings.object_store_schemes)))
                 for var in settings.object_store_env_vars) or _output_flag_to_object_store(container, settings,
-                                                                                           view.kind_commands())
+                                                                                           operator_commands)
             if not object_store and not any(m.persistent for m in mounts):
                 read_only = next((m for m in mounts if m.read_only), None)
                 if read_only is not None:
